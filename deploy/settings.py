@@ -1,0 +1,238 @@
+"""Settings: one dataclass tree, loaded once, from a TOML file plus `ADVISOR_*` environment overrides.
+
+Precedence (lowest first): dataclass defaults < TOML file < environment < explicit overrides
+(CLI flags). Nested keys use a double underscore in the environment: `ADVISOR_SERVER__PORT=8080`
+sets `server.port`; `ADVISOR_DATA_DIR` sets `data_dir`. Values are validated by pydantic against
+the dataclass types, so a bad value fails at start with the key's dotted name.
+
+This is the only module that reads the environment; every other package takes explicit arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic.dataclasses import dataclass
+
+ENV_PREFIX = "ADVISOR_"
+SECRET_KEYS = {"admin_token", "session_secret", "api_key", "admin_password"}
+
+
+class SettingsError(ValueError):
+    """A setting is missing, unknown or invalid; the message names the key."""
+
+
+@dataclass
+class StoreSettings:
+    # Database file; empty = `<data_dir>/advisor.duckdb`.
+    path: str = ""
+
+
+@dataclass
+class BackendSettings:
+    # builtin: the project's tiny model through transformers; transformers: any HF dir or id;
+    # openai: any OpenAI-compatible server (vLLM in production).
+    kind: Literal["builtin", "transformers", "openai"] = "builtin"
+    # HF directory or id (transformers), or the served model name (openai). Empty for builtin.
+    model: str = ""
+    # Optional PEFT LoRA adapter directory applied at start (transformers backend).
+    adapter: str = ""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # How attributes reach the model: steerlm (attribute-conditioned model) or instruct (plain
+    # instructions in the system message, for general chat models). auto: steerlm for builtin.
+    steering: Literal["auto", "steerlm", "instruct"] = "auto"
+    # OpenAI-compatible server.
+    base_url: str = "http://127.0.0.1:8001/v1"
+    api_key: str = "EMPTY"
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+    max_retries: int = pydantic.Field(default=2, ge=0, le=10)
+    # Sampling defaults for chat answers.
+    max_new_tokens: int = pydantic.Field(default=200, ge=1, le=4096)
+    temperature: float = pydantic.Field(default=0.7, ge=0.0, le=2.0)
+    top_p: float = pydantic.Field(default=0.95, gt=0.0, le=1.0)
+
+
+@dataclass
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = pydantic.Field(default=7860, ge=1, le=65535)
+    # Bearer token for /api/admin and the operator tab. Empty: operator actions are disabled.
+    admin_token: str = ""
+    # Signs the anonymous session cookie. Empty: a random secret is made and kept in the data dir.
+    session_secret: str = ""
+    # Optional admin login for the browser (user name; password in admin_password).
+    admin_user: str = "admin"
+    admin_password: str = ""
+    # Largest user message accepted, in characters.
+    max_message_chars: int = pydantic.Field(default=8000, ge=100, le=100_000)
+
+
+@dataclass
+class ScheduleSettings:
+    # Natural-feedback extraction inside the service, every N minutes (0 = off).
+    extract_every_minutes: int = pydantic.Field(default=10, ge=0)
+    # Periodic training check, cron syntax ("" = off). The job trains only when enough new
+    # feedback has arrived.
+    train_cron: str = "0 3 * * *"
+
+
+@dataclass
+class VLLMSettings:
+    # The vLLM server (`advisor serve-model`); it runs in its own environment, see deploy/vllm.py.
+    # Interpreter of that environment; when this default is absent, a python with vllm on PATH.
+    python: str = ".venv-vllm/bin/python"
+    # HF model directory to serve; empty = the built-in model in the data directory.
+    model: str = ""
+    # Name clients use as "model"; empty = backend.model when backend.kind is openai, else the path.
+    served_model_name: str = ""
+    host: str = "127.0.0.1"
+    port: int = pydantic.Field(default=8001, ge=1, le=65535)
+    # auto: cpu when no NVIDIA GPU is present (float32, eager mode, capped KV cache).
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: str = "auto"
+    max_model_len: int = pydantic.Field(default=0, ge=0)  # 0 = the model's own
+    tensor_parallel_size: int = pydantic.Field(default=1, ge=1)
+    pipeline_parallel_size: int = pydantic.Field(default=1, ge=1)
+    distributed_executor_backend: Literal["", "mp", "ray"] = ""  # ray: multi-node
+    max_lora_rank: int = pydantic.Field(default=16, ge=1)
+    max_loras: int = pydantic.Field(default=4, ge=1)
+    kv_cache_gib: float = pydantic.Field(default=1.0, gt=0)  # CPU only (VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float = pydantic.Field(default=0.9, gt=0, le=1)  # GPU only
+    extra_args: str = ""  # appended to the command line (shell syntax)
+    # Adapters directory both the advisor and vLLM read; empty = <data_dir>/adapters.
+    adapter_dir: str = ""
+
+
+@dataclass
+class Settings:
+    data_dir: str = "./data"
+    store: StoreSettings = field(default_factory=StoreSettings)
+    backend: BackendSettings = field(default_factory=BackendSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)
+
+    # Paths derived from data_dir, resolved once.
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.store.path).expanduser().resolve() if self.store.path else self.data_path / "advisor.duckdb"
+
+    @property
+    def steering_mode(self) -> str:
+        if self.backend.steering != "auto":
+            return self.backend.steering
+        return "steerlm" if self.backend.kind == "builtin" else "instruct"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise SettingsError(f"setting {dotted!r}: {key!r} is not a section")
+    node[leaf] = value
+
+
+def _known_keys(cls: type, prefix: str = "") -> set[str]:
+    keys = set()
+    for f in fields(cls):
+        name = f"{prefix}{f.name}"
+        typ = f.type if isinstance(f.type, type) else globals().get(str(f.type))
+        if typ is not None and is_dataclass(typ):
+            keys |= _known_keys(typ, name + ".")
+        else:
+            keys.add(name)
+    return keys
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX) and key != "ADVISOR_CONFIG":
+            out[key[len(ENV_PREFIX):].lower().replace("__", ".")] = value
+    return out
+
+
+def load_settings(
+    config: str | Path | None = None,
+    *,
+    environ: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """Build the effective settings. `config` (or `ADVISOR_CONFIG`) names a TOML file; a missing
+    file that was asked for explicitly is an error, `<data_dir>/advisor.toml` is read if present."""
+    environ = dict(os.environ if environ is None else environ)
+    tree: dict[str, Any] = {}
+    config = config or environ.get("ADVISOR_CONFIG")
+    if config:
+        path = Path(config).expanduser()
+        if not path.is_file():
+            raise SettingsError(f"config file {path} does not exist (from --config or ADVISOR_CONFIG)")
+        tree = _read_toml(path)
+    flat = _flatten(tree) | _env_overrides(environ) | {k: v for k, v in (overrides or {}).items() if v is not None}
+    known = _known_keys(Settings)
+    unknown = sorted(set(flat) - known)
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(sorted(known))}"
+        )
+    if not config:  # a config file in the data dir, below env and flags
+        data_dir = Path(flat.get("data_dir", Settings.data_dir)).expanduser()
+        default_file = data_dir / "advisor.toml"
+        if default_file.is_file():
+            file_flat = _flatten(_read_toml(default_file))
+            flat = {k: v for k, v in file_flat.items() if k in known} | flat
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        _set_dotted(nested, key, value)
+    try:
+        return pydantic.TypeAdapter(Settings).validate_python(nested)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"invalid setting — {problems}") from None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The settings as a dict, secrets replaced by '***' (or '' when unset)."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: ("***" if v else "") if k in SECRET_KEYS else walk(v) for k, v in node.items()}
+        return node
+
+    tree = walk(asdict(settings))
+    tree["db_path"] = str(settings.db_path)
+    return tree

@@ -1,0 +1,50 @@
+"""Shared fixtures. Models are built here, never downloaded: the tiny random model takes seconds,
+the built-in model is built once per cache directory (ADVISOR_TEST_CACHE, default .cache/test)
+and reused across sessions while its recipe is unchanged."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_cache_dir() -> Path:
+    return Path(os.environ.get("ADVISOR_TEST_CACHE", REPO / ".cache" / "test")).resolve()
+
+
+def test_output_dir() -> Path:
+    """Screenshots, reports and other artefacts a person may want to look at after a run."""
+    path = Path(os.environ.get("ADVISOR_TEST_OUTPUT", REPO / "test-output")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    from chat.builtin import make_tiny_random_model
+
+    return make_tiny_random_model(test_cache_dir() / "tiny-random")
+
+
+@pytest.fixture(scope="session")
+def builtin_model_dir() -> Path:
+    from chat.builtin import build_builtin_model
+
+    return build_builtin_model(test_cache_dir())
+
+
+@pytest.fixture
+def store(tmp_path):
+    from feedback.store import Store
+
+    with Store(tmp_path / "advisor.duckdb") as s:
+        yield s
+
+
+@pytest.fixture
+def output_dir() -> Path:
+    return test_output_dir()

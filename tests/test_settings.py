@@ -1,0 +1,51 @@
+"""Settings: defaults, TOML, environment precedence, validation naming the key, masking."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploy.settings import SettingsError, load_settings, masked
+
+
+def test_precedence_toml_then_env_then_overrides(tmp_path):
+    cfg = tmp_path / "advisor.toml"
+    cfg.write_text('data_dir = "/srv/a"\n[server]\nport = 9000\nadmin_token = "s3cret"\n')
+    s = load_settings(cfg, environ={})
+    assert (s.server.port, s.data_dir) == (9000, "/srv/a")
+    s = load_settings(cfg, environ={"ADVISOR_SERVER__PORT": "9100"})
+    assert s.server.port == 9100
+    s = load_settings(cfg, environ={"ADVISOR_SERVER__PORT": "9100"}, overrides={"server.port": 9200})
+    assert s.server.port == 9200
+
+
+def test_data_dir_config_file_is_read(tmp_path):
+    (tmp_path / "advisor.toml").write_text('[backend]\nkind = "openai"\n')
+    s = load_settings(environ={"ADVISOR_DATA_DIR": str(tmp_path)})
+    assert s.backend.kind == "openai" and s.db_path == tmp_path.resolve() / "advisor.duckdb"
+
+
+@pytest.mark.parametrize(
+    "env, key",
+    [
+        ({"ADVISOR_SERVER__PORT": "70000"}, "server.port"),
+        ({"ADVISOR_SERVER__PORT": "abc"}, "server.port"),
+        ({"ADVISOR_BACKEND__KIND": "gpt"}, "backend.kind"),
+        ({"ADVISOR_BACKEND__TEMPERATURE": "-1"}, "backend.temperature"),
+        ({"ADVISOR_SERVR__PORT": "1"}, "servr.port"),
+    ],
+)
+def test_invalid_values_name_the_key(env, key):
+    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+        load_settings(environ=env)
+
+
+def test_missing_explicit_config_is_an_error(tmp_path):
+    with pytest.raises(SettingsError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", environ={})
+
+
+def test_secrets_are_masked():
+    tree = masked(load_settings(environ={"ADVISOR_SERVER__ADMIN_TOKEN": "zq-secret-zq"}))
+    assert tree["server"]["admin_token"] == "***"
+    assert tree["server"]["session_secret"] == ""
+    assert "zq-secret-zq" not in str(tree)
