@@ -1,0 +1,33 @@
+"""Generation backends: one interface (`Backend`), three implementations.
+
+- `TransformersBackend`: a local HF model directory (or cached id) on CPU/CUDA, optional PEFT
+  LoRA adapter swappable while running. The built-in model is this backend on the project's
+  own model directory (`kind="builtin"`).
+- `OpenAICompatibleBackend`: any OpenAI-compatible server, vLLM in production.
+
+The transformers backend is imported lazily so `openai`-only deployments need not load torch.
+"""
+
+from chat.backends.base import (
+    FINISH_REASONS,
+    NO_ADAPTER,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    Generation,
+    SamplingParams,
+)
+from chat.backends.openai_backend import OpenAICompatibleBackend
+
+__all__ = [
+    "FINISH_REASONS", "Backend", "BackendError", "BackendUnavailable", "Generation", "SamplingParams",
+    "OpenAICompatibleBackend", "TransformersBackend", "NO_ADAPTER",
+]
+
+
+def __getattr__(name: str):
+    if name == "TransformersBackend":
+        from chat.backends import transformers_backend
+
+        return getattr(transformers_backend, name)
+    raise AttributeError(name)

@@ -1,0 +1,228 @@
+"""One chat turn: validate, log the question, stream the answer, log the answer.
+
+Shared by the CLI (`advisor ask`), the web UI and the REST/OpenAI APIs, so every surface logs
+turns identically.
+
+Design choices:
+- Validate first, write second: the text goes through `clean_text`, the attributes are an
+  `Attributes` (validated on construction), and the conversation/parent must belong to the user
+  (`NotFound` otherwise, indistinguishable from "does not exist") before anything is written.
+- The user message is stored at submit, in one transaction with the new conversation if there
+  is one, so a question survives a model failure or a crash mid-answer.
+- The answer is stored exactly once, when the stream ends: `complete`; `interrupted` when it was
+  cancelled (stop button, client gone, Ctrl-C) — with the partial text; `error` with the error
+  text when the backend failed, after which the user-facing `BackendError` is re-raised. A
+  length-limited answer is `complete` with `finish_reason='length'`: the model did finish its
+  budget, and the finish reason says it was cut.
+- The generation starts on first iteration, not at submit, so submit can return the
+  conversation id (for a link, a header, `--conversation`) before the first token.
+- Regenerate adds an assistant sibling under the same user message; edit adds a user sibling
+  under the same parent and answers it. The model sees `store.thread(conversation, leaf)`: the
+  branch being answered, never the siblings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from chat.backends.base import Backend, BackendError, Generation, SamplingParams
+from chat.steering import check_mode
+from feedback.attributes import Attributes
+from feedback.store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
+
+
+@dataclass
+class TurnContext:
+    """What a surface knows about how it answers: where to log, which model, how to steer."""
+
+    store: Store
+    backend: Backend
+    steering: str = "steerlm"
+    release_id: str | None = None
+    max_chars: int = MAX_MESSAGE_CHARS
+    source: str = "ui"  # ui | api | openai | cli | simulator (stored on new conversations)
+
+    def __post_init__(self) -> None:
+        check_mode(self.steering)
+
+
+def history(messages: list[Message]) -> list[dict]:
+    """Messages as the model sees them. Failed answers (status 'error') are left out; earlier
+    answers carry the attribute string they were generated with (SteerLM training format)."""
+    out = []
+    for m in messages:
+        if m.role == "assistant" and m.status == "error":
+            continue
+        item = {"role": m.role, "content": m.content}
+        if m.role == "assistant" and m.generation is not None:
+            item["attributes"] = m.generation.attributes.steerlm()
+        out.append(item)
+    return out
+
+
+class Turn:
+    """A submitted turn. Iterate it for the answer's text deltas; the answer is logged when the
+    iteration ends, however it ends. `cancel()` may be called from any thread."""
+
+    def __init__(self, ctx: TurnContext, *, conversation_id: str, user_message: Message,
+                 new_conversation: bool, attributes: Attributes, params: SamplingParams) -> None:
+        self.ctx = ctx
+        self.conversation_id = conversation_id
+        self.user_message = user_message
+        self.new_conversation = new_conversation
+        self.attributes = attributes
+        self.params = params
+        self.generation: Generation | None = None
+        self.answer: Message | None = None
+        self.error: Exception | None = None
+        self._cancel = threading.Event()
+        self._started = False
+
+    @property
+    def text(self) -> str:
+        return self.generation.text if self.generation is not None else ""
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self.generation is not None:
+            self.generation.cancel()
+
+    def __iter__(self) -> Iterator[str]:
+        if self._started:
+            raise RuntimeError("a Turn can be run only once")
+        self._started = True
+        stream = None
+        try:
+            if self._cancel.is_set():
+                return
+            thread = ([self.user_message] if self.new_conversation  # nothing else to read back
+                      else self.ctx.store.thread(self.conversation_id, self.user_message.id))
+            messages = history(thread)
+            self.generation = self.ctx.backend.stream(
+                messages, attributes=self.attributes, steering=self.ctx.steering, params=self.params
+            )
+            if self._cancel.is_set():  # cancelled between submit and start
+                self.generation.cancel()
+            stream = iter(self.generation)
+            for delta in stream:
+                yield delta
+        except (GeneratorExit, KeyboardInterrupt, SystemExit):
+            self.cancel()
+            raise
+        except Exception as exc:  # BackendError, or a bug: either way the answer is logged as failed
+            self.error = exc
+            raise
+        finally:
+            if stream is not None:
+                stream.close()  # lets the backend finish its bookkeeping (token counts)
+            self.answer = self._log_answer()
+
+    def run(self) -> Message:
+        """Generate the whole answer and return it as stored (raises `BackendError` on failure)."""
+        for _ in self:
+            pass
+        assert self.answer is not None
+        return self.answer
+
+    def _log_answer(self) -> Message:
+        gen = self.generation
+        if self.error is not None:
+            status, finish = "error", "error"
+        elif self._cancel.is_set() or (gen is not None and gen.finish_reason == "cancelled"):
+            status, finish = "interrupted", "cancelled"
+        else:
+            status, finish = "complete", (gen.finish_reason if gen is not None else "stop")
+        backend = self.ctx.backend
+        meta = GenerationMeta(
+            backend=backend.kind,
+            model=gen.model if gen is not None else _model_name(backend),
+            adapter=gen.adapter if gen is not None else backend.active_adapter,
+            release_id=self.ctx.release_id,
+            attributes=self.attributes,
+            steering=self.ctx.steering,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_new_tokens=self.params.max_new_tokens,
+            seed=self.params.seed,
+            latency_ms=gen.latency_ms if gen is not None else None,
+            first_token_ms=gen.first_token_ms if gen is not None else None,
+            prompt_tokens=gen.prompt_tokens if gen is not None else None,
+            completion_tokens=gen.completion_tokens if gen is not None else None,
+            finish_reason=finish,
+            error=str(self.error) if self.error is not None else None,
+        )
+        return self.ctx.store.add_message(
+            self.conversation_id, "assistant", self.text,
+            parent_id=self.user_message.id, status=status, generation=meta,
+        )
+
+
+def _model_name(backend: Backend) -> str:
+    try:
+        return backend.model
+    except BackendError:  # e.g. a server that is down cannot tell us its model's name
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- submitting
+
+
+def send(
+    ctx: TurnContext, *, user_id: str, text: str, conversation_id: str | None = None,
+    parent_id: str | None = None, attributes: Attributes | None = None, params: SamplingParams | None = None,
+) -> Turn:
+    """A new question: in a new conversation, at the end of `conversation_id`'s current branch,
+    or under `parent_id` (an answer in one of the user's conversations)."""
+    text = clean_text(text, max_chars=ctx.max_chars)
+    store = ctx.store
+    if parent_id is not None:
+        parent = store.get_message(parent_id, user_id=user_id)
+        if conversation_id is not None and parent.conversation_id != conversation_id:
+            raise NotFound(f"No message {parent_id!r} in conversation {conversation_id!r}.")
+        conversation_id = parent.conversation_id
+    elif conversation_id is not None:
+        store.get_conversation(conversation_id, user_id=user_id)
+        thread = store.thread(conversation_id)
+        parent_id = thread[-1].id if thread else None
+    with store.transaction():  # a new conversation and its first question, or neither
+        new = conversation_id is None
+        if new:
+            conversation_id = store.create_conversation(user_id, source=ctx.source).id
+        user_message = store.add_message(conversation_id, "user", text, parent_id=parent_id)
+    return Turn(ctx, conversation_id=conversation_id, user_message=user_message, new_conversation=new,
+                attributes=attributes or Attributes(), params=params or SamplingParams())
+
+
+def edit(
+    ctx: TurnContext, *, user_id: str, message_id: str, text: str,
+    attributes: Attributes | None = None, params: SamplingParams | None = None,
+) -> Turn:
+    """The user rewrote their question `message_id`: a sibling user message, then its answer."""
+    text = clean_text(text, max_chars=ctx.max_chars)
+    original = ctx.store.get_message(message_id, user_id=user_id)
+    if original.role != "user":
+        raise InvalidInput("Only your own questions can be edited.")
+    user_message = ctx.store.add_message(original.conversation_id, "user", text, parent_id=original.parent_id)
+    return Turn(ctx, conversation_id=original.conversation_id, user_message=user_message, new_conversation=False,
+                attributes=attributes or Attributes(), params=params or SamplingParams())
+
+
+def regenerate(
+    ctx: TurnContext, *, user_id: str, message_id: str,
+    attributes: Attributes | None = None, params: SamplingParams | None = None,
+) -> Turn:
+    """Another answer to the same question: `message_id` is the answer to replace (or the
+    question itself). Adds an assistant sibling; no new user message."""
+    message = ctx.store.get_message(message_id, user_id=user_id)
+    if message.role == "assistant":
+        if message.parent_id is None:
+            raise InvalidInput("This answer has no question to answer again.")
+        question = ctx.store.get_message(message.parent_id, user_id=user_id)
+    elif message.role == "user":
+        question = message
+    else:
+        raise InvalidInput("Only answers can be regenerated.")
+    return Turn(ctx, conversation_id=question.conversation_id, user_message=question, new_conversation=False,
+                attributes=attributes or Attributes(), params=params or SamplingParams())
