@@ -66,6 +66,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         -- Generation metadata, one row per assistant message.
         CREATE TABLE generations (
             message_id        VARCHAR PRIMARY KEY,
+            conversation_id   VARCHAR NOT NULL,       -- denormalised: a thread loads by index
             release_id        VARCHAR,
             backend           VARCHAR NOT NULL,
             model             VARCHAR NOT NULL,
@@ -88,6 +89,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             error             VARCHAR
         );
         CREATE INDEX generations_release ON generations(release_id);
+        CREATE INDEX generations_conversation ON generations(conversation_id);
 
         -- Explicit feedback. value: +1 like, -1 dislike.
         CREATE TABLE ratings (
@@ -104,11 +106,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         -- Which sibling the user kept after a regenerate or edit (the last choice wins).
         CREATE TABLE sibling_choices (
             id          VARCHAR PRIMARY KEY,
+            conversation_id VARCHAR NOT NULL,
             parent_id   VARCHAR,
             message_id  VARCHAR NOT NULL,
             user_id     VARCHAR NOT NULL,
             created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
         );
+        CREATE INDEX sibling_choices_conversation ON sibling_choices(conversation_id);
 
         -- Mined natural feedback: a span of a user message about the assistant message before it.
         CREATE TABLE feedback_events (

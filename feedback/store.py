@@ -377,16 +377,14 @@ class Store:
 
     # ---- users
 
-    def ensure_user(self, user_id: str, *, name: str | None = None) -> User:
+    def ensure_user(self, user_id: str, *, name: str | None = None) -> None:
         """Create the user row on first sight (anonymous users get one per session cookie)."""
         with self.transaction() as cur:
             if cur.execute("SELECT 1 FROM forgotten_users WHERE user_id = ?", [user_id]).fetchone():
                 # A forgotten user id never comes back; the caller must mint a new one.
                 raise InvalidInput("This user's data was deleted; start a new session.")
-            cur.execute(
-                "INSERT INTO users (id, name) VALUES (?, ?) ON CONFLICT DO NOTHING", [user_id, name]
-            )
-        return self.get_user(user_id)
+            if not cur.execute("SELECT 1 FROM users WHERE id = ?", [user_id]).fetchone():
+                cur.execute("INSERT INTO users (id, name) VALUES (?, ?)", [user_id, name])
 
     def create_user(self, name: str, *, password_hash: str | None = None, is_admin: bool = False) -> User:
         name = clean_text(name, what="user name", max_chars=100)
@@ -420,14 +418,15 @@ class Store:
     # ---- conversations and messages
 
     def create_conversation(self, user_id: str, *, title: str = "", source: str = "ui") -> Conversation:
-        self.ensure_user(user_id)
         conv_id = new_id()
         with self.transaction() as cur:
-            cur.execute(
-                "INSERT INTO conversations (id, user_id, title, source) VALUES (?, ?, ?, ?)",
+            self.ensure_user(user_id)
+            row = cur.execute(
+                "INSERT INTO conversations (id, user_id, title, source) VALUES (?, ?, ?, ?) "
+                "RETURNING created_at, updated_at",
                 [conv_id, user_id, title[:200], source],
-            )
-        return self.get_conversation(conv_id)
+            ).fetchone()
+        return Conversation(conv_id, user_id, title[:200], source, row[0], row[1])
 
     def get_conversation(self, conversation_id: str, *, user_id: str | None = None) -> Conversation:
         """With `user_id`, a conversation of another user is reported as not found."""
@@ -469,56 +468,67 @@ class Store:
                 "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?", [parent_id, conversation_id]
             ).fetchone():
                 raise NotFound(f"No message {parent_id!r} in this conversation.")
-            cur.execute(
+            seq, created_at = cur.execute(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq, created_at",
                 [msg_id, conversation_id, parent_id, role, content, status],
-            )
+            ).fetchone()
             if generation is not None:
-                self._insert_generation(cur, msg_id, generation)
-            title = conv[0] or (content[:80] if role == "user" else "")
-            cur.execute(
-                "UPDATE conversations SET updated_at = now(), title = ? WHERE id = ?", [title, conversation_id]
-            )
-        return self.get_message(msg_id)
+                self._insert_generation(cur, msg_id, conversation_id, generation)
+            if not conv[0] and role == "user":
+                cur.execute("UPDATE conversations SET updated_at = now(), title = ? WHERE id = ?",
+                            [content[:80], conversation_id])
+            else:
+                cur.execute("UPDATE conversations SET updated_at = now() WHERE id = ?", [conversation_id])
+        return Message(msg_id, conversation_id, parent_id, role, content, status, seq, created_at,
+                       generation=generation)
 
     @staticmethod
-    def _insert_generation(cur: duckdb.DuckDBPyConnection, message_id: str, g: GenerationMeta) -> None:
+    def _insert_generation(
+        cur: duckdb.DuckDBPyConnection, message_id: str, conversation_id: str, g: GenerationMeta
+    ) -> None:
         attrs = g.attributes.as_dict()
         cur.execute(
-            "INSERT INTO generations (message_id, release_id, backend, model, adapter, steering, "
+            "INSERT INTO generations (message_id, conversation_id, release_id, backend, model, adapter, steering, "
             + ", ".join(ATTRIBUTE_NAMES)
             + ", temperature, top_p, max_new_tokens, seed, latency_ms, first_token_ms, prompt_tokens, "
-            "completion_tokens, finish_reason, error) VALUES (" + ", ".join(["?"] * 21) + ")",
-            [message_id, g.release_id, g.backend, g.model, g.adapter, g.steering,
+            "completion_tokens, finish_reason, error) VALUES (" + ", ".join(["?"] * 22) + ")",
+            [message_id, conversation_id, g.release_id, g.backend, g.model, g.adapter, g.steering,
              *(attrs[n] for n in ATTRIBUTE_NAMES),
              g.temperature, g.top_p, g.max_new_tokens, g.seed, g.latency_ms, g.first_token_ms,
              g.prompt_tokens, g.completion_tokens, g.finish_reason, g.error],
         )
 
     def get_message(self, message_id: str, *, user_id: str | None = None) -> Message:
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS}, {_GENERATION_COLUMNS} FROM messages m "
-            "LEFT JOIN generations g ON g.message_id = m.id "
-            "JOIN conversations c ON c.id = m.conversation_id WHERE m.id = ?"
-        )
-        params: list = [message_id]
-        if user_id is not None:
-            sql += " AND c.user_id = ?"
-            params.append(user_id)
-        row = self._cursor().execute(sql, params).fetchone()
+        row = self._cursor().execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", [message_id]
+        ).fetchone()
+        if row is not None and user_id is not None and not self._cursor().execute(
+            "SELECT 1 FROM conversations WHERE id = ? AND user_id = ?", [row[1], user_id]
+        ).fetchone():
+            row = None
         if row is None:
             raise NotFound(f"No message {message_id!r} for this user.")
-        return _message_from_row(row)
+        gen = self._cursor().execute(
+            f"SELECT {_GENERATION_COLUMNS} FROM generations g WHERE g.message_id = ?", [message_id]
+        ).fetchone()
+        return _message_from_row(tuple(row) + tuple(gen or ()))
 
     def get_messages(self, conversation_id: str) -> list[Message]:
-        """Every message of the conversation tree, oldest first."""
-        rows = self.query(
-            f"SELECT {_MESSAGE_COLUMNS}, {_GENERATION_COLUMNS} FROM messages m "
-            "LEFT JOIN generations g ON g.message_id = m.id WHERE m.conversation_id = ? ORDER BY m.seq",
+        """Every message of the conversation tree, oldest first. Two index lookups (messages and
+        generations by conversation) joined here: a SQL join would scan all generations."""
+        cur = self._cursor()
+        rows = cur.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.seq",
             [conversation_id],
-        )
-        return [_message_from_row(r) for r in rows]
+        ).fetchall()
+        gens = {
+            r[0]: r[1:] for r in cur.execute(
+                f"SELECT g.message_id, {_GENERATION_COLUMNS} FROM generations g WHERE g.conversation_id = ?",
+                [conversation_id],
+            ).fetchall()
+        }
+        return [_message_from_row(tuple(r) + tuple(gens.get(r[0], ()))) for r in rows]
 
     def thread(self, conversation_id: str, leaf_id: str | None = None) -> list[Message]:
         """The path from the root to `leaf_id` (default: the current branch — at each fork the
@@ -542,7 +552,7 @@ class Store:
         chosen = {
             parent: msg for parent, msg in self.query(
                 "SELECT parent_id, arg_max(message_id, created_at) FROM sibling_choices "
-                "WHERE message_id IN (SELECT id FROM messages WHERE conversation_id = ?) GROUP BY parent_id",
+                "WHERE conversation_id = ? GROUP BY parent_id",
                 [conversation_id],
             )
         }
@@ -600,8 +610,9 @@ class Store:
         msg = self.get_message(message_id, user_id=user_id)
         with self.transaction() as cur:
             cur.execute(
-                "INSERT INTO sibling_choices (id, parent_id, message_id, user_id) VALUES (?, ?, ?, ?)",
-                [new_id(), msg.parent_id, message_id, user_id],
+                "INSERT INTO sibling_choices (id, conversation_id, parent_id, message_id, user_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [new_id(), msg.conversation_id, msg.parent_id, message_id, user_id],
             )
 
     # ---- mined feedback
@@ -817,7 +828,7 @@ class Store:
             ("ratings", f"DELETE FROM ratings WHERE user_id = $u OR message_id IN ({own_msgs})"),
             ("sibling_choices", f"DELETE FROM sibling_choices WHERE user_id = $u OR message_id IN ({own_msgs})"),
             ("feedback_events", f"DELETE FROM feedback_events WHERE conversation_id IN ({own_convs})"),
-            ("generations", f"DELETE FROM generations WHERE message_id IN ({own_msgs})"),
+            ("generations", f"DELETE FROM generations WHERE conversation_id IN ({own_convs})"),
             ("messages", f"DELETE FROM messages WHERE conversation_id IN ({own_convs})"),
             ("conversations", "DELETE FROM conversations WHERE user_id = $u"),
             ("users", "DELETE FROM users WHERE id = $u"),
