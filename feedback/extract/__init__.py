@@ -1,0 +1,52 @@
+"""Natural-feedback extraction: find the feedback users give without being asked.
+
+- `FastExtractor` (cues + MiniLM for doubtful rephrases; no LLM), `LLMExtractor` (any completion
+  function), `CombinedExtractor` (both, each span labelled with its finder); `make_extractor`.
+- `run_extraction` / `ExtractionRunner`: incremental, chunked, watermarked runs over the store,
+  each a `jobs` row; `feedback_prevalence` and `recent_feedback` for the operator tab.
+- `load_gold`, `predict`, `evaluate`: the paper's span and category precision/recall with
+  bootstrap intervals, on gold files such as the shipped `feedback/data/dev_gold.jsonl`.
+- `tune`: the fast extractor's thresholds, fitted on the dev split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from feedback.extract.combined import CombinedExtractor
+from feedback.extract.fast import FastConfig, FastExtractor
+from feedback.extract.gold import SHIPPED_GOLD, GoldConversation, load_gold, predict, windows_of
+from feedback.extract.llm import CompleteFn, LLMExtractor
+from feedback.extract.metrics import Prediction, evaluate, span_matches
+from feedback.extract.runner import ExtractionRunner, JobResult, feedback_prevalence, recent_feedback, run_extraction
+from feedback.extract.types import BatchResult, Extractor, ExtractorUnavailable, Span, Window, locate_span
+
+EXTRACTOR_KINDS = ("fast", "llm", "both")
+
+
+def make_extractor(
+    kind: str,
+    *,
+    complete: CompleteFn | None = None,
+    fast_config: FastConfig | None = None,
+    embedder: Callable | None = None,
+    batch_size: int = 16,
+) -> Extractor:
+    """An extractor by kind: fast | llm | both. The LLM kinds need `complete`."""
+    if kind not in EXTRACTOR_KINDS:
+        raise ValueError(f"unknown extractor {kind!r}; choose one of {', '.join(EXTRACTOR_KINDS)}")
+    fast = FastExtractor(fast_config, embedder=embedder) if kind in ("fast", "both") else None
+    if kind == "fast":
+        return fast
+    if complete is None:
+        raise ValueError(f"the {kind!r} extractor needs a completion function (a model to prompt)")
+    llm = LLMExtractor(complete, batch_size=batch_size)
+    return llm if kind == "llm" else CombinedExtractor(fast, llm)
+
+
+__all__ = [
+    "EXTRACTOR_KINDS", "SHIPPED_GOLD", "BatchResult", "CombinedExtractor", "CompleteFn", "ExtractionRunner",
+    "Extractor", "ExtractorUnavailable", "FastConfig", "FastExtractor", "GoldConversation", "JobResult",
+    "LLMExtractor", "Prediction", "Span", "Window", "evaluate", "feedback_prevalence", "load_gold",
+    "locate_span", "make_extractor", "predict", "recent_feedback", "run_extraction", "span_matches", "windows_of",
+]

@@ -1,0 +1,315 @@
+"""Incremental extraction runs over the store, and the queries the operator tab plots.
+
+Design choices:
+- A run processes only user messages with `seq` above the extractor's watermark
+  (`extract:<name>`), up to the highest `seq` at its start (later messages wait for the next run).
+  Store writes are serialised, so `seq` order is commit order and nothing can appear below the
+  watermark later.
+- Each user message comes with the context it needs, on its own branch of the message tree: the
+  assistant message it replied to (its parent) and the user message that answer replied to (the
+  grandparent). A user message without both is a conversation's first request, or follows a
+  failed answer: never feedback, but the watermark still moves past it.
+- Streaming in chunks (keyset pagination on `seq`), one transaction per chunk for the events and
+  the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
+  chunk is never half-applied. Events are INSERT OR IGNORE on (message, category, offsets,
+  extractor), so a rerun adds no duplicates; a chunk's events go in as one Arrow table.
+- Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
+  items by reason, errors and duration; a running job's row is updated after every chunk.
+- Concurrency: a scheduled and a manual run must not process the same messages twice. The caller
+  passes a `threading.Lock` that belongs to the store it opened (the service keeps one next to its
+  Store; `ExtractionRunner` bundles the two). Not a module-level lock: that would couple every
+  store in the process (tests open many) and hide the owner. The second run waits for the lock or,
+  with `wait=False`, records a 'skipped' job saying which job is running. As a second line of
+  defence each chunk's transaction checks that the watermark is still where the run left it, so
+  even two runs given different locks cannot both write the same chunk.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from feedback.extract.types import ExtractorUnavailable, Extractor, Window
+from feedback.store import FeedbackEvent, Store
+from feedback.taxonomy import CATEGORY_IDS
+
+JOB_KIND = "extract"
+MAX_ERRORS_KEPT = 20
+
+_CHUNK_SQL = """
+WITH u AS (
+    SELECT id, conversation_id, parent_id, content, seq FROM messages
+    WHERE role = 'user' AND seq > ? AND seq <= ?
+    ORDER BY seq LIMIT ?
+)
+SELECT u.id, u.conversation_id, u.seq, u.content, a.id, a.content, p.content
+FROM u
+LEFT JOIN messages a ON a.id = u.parent_id AND a.role = 'assistant' AND a.status <> 'error'
+LEFT JOIN messages p ON p.id = a.parent_id AND p.role = 'user'
+ORDER BY u.seq
+"""
+
+
+_EVENT_COLUMNS = ("id", "conversation_id", "message_id", "target_message_id", "category", "span", "span_start",
+                  "span_end", "extractor", "extractor_version", "job_id")
+
+
+def _insert_events(cur, events: list[FeedbackEvent]) -> int:
+    """INSERT OR IGNORE a chunk's events as one Arrow table, inside the caller's transaction.
+
+    Same semantics as `Store.add_feedback_events`, but one statement per chunk: row-by-row
+    `executemany` costs milliseconds a row in DuckDB, which dominated a run's time."""
+    unique: dict[tuple, FeedbackEvent] = {}
+    for e in events:  # the same span twice in one statement would violate the unique key
+        unique.setdefault((e.message_id, e.category, e.span_start, e.span_end, e.extractor), e)
+    if not unique:
+        return 0
+    import pyarrow as pa
+
+    table = pa.table({c: [getattr(e, c) for e in unique.values()] for c in _EVENT_COLUMNS})
+    columns = ", ".join(_EVENT_COLUMNS)
+    before = cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0]
+    cur.register("_new_feedback_events", table)
+    try:
+        cur.execute(f"INSERT OR IGNORE INTO feedback_events ({columns}) SELECT {columns} FROM _new_feedback_events")
+    finally:
+        cur.unregister("_new_feedback_events")
+    return int(cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0] - before)
+
+
+class WatermarkMoved(RuntimeError):
+    """Another run advanced the watermark under this one; this run stops without writing."""
+
+
+@dataclass
+class JobResult:
+    job_id: str
+    status: str  # succeeded | failed | skipped
+    trigger: str
+    extractor: str
+    messages: int = 0  # user messages read past the watermark
+    windows: int = 0  # of those, the ones that follow an answer (feedback candidates)
+    new_events: int = 0
+    per_category: dict[str, int] = field(default_factory=dict)
+    per_extractor: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    watermark_from: int = 0
+    watermark_to: int = 0
+    chunks: int = 0
+    duration_s: float = 0.0
+    reason: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def watermark_name(extractor: Extractor) -> str:
+    return f"{JOB_KIND}:{extractor.name}"
+
+
+def _running_job(store: Store, exclude: str | None = None) -> str | None:
+    rows = store.query(
+        "SELECT id FROM jobs WHERE kind = ? AND status = 'running' AND id <> ? ORDER BY created_at DESC LIMIT 1",
+        [JOB_KIND, exclude or ""])
+    return rows[0][0] if rows else None
+
+
+def _skip(store: Store, extractor: Extractor, trigger: str, params: dict, job_id: str | None) -> JobResult:
+    running = _running_job(store, exclude=job_id)
+    reason = (f"another extraction run is in progress (job {running})" if running
+              else "another extraction run holds the lock")
+    if job_id is None:
+        job_id = store.create_job(JOB_KIND, trigger=trigger, params=params, status="skipped").id
+    out = JobResult(job_id, "skipped", trigger, extractor.name, reason=reason)
+    store.update_job(job_id, status="skipped", result=out.as_dict())
+    return out
+
+
+def run_extraction(
+    store: Store,
+    extractor: Extractor,
+    *,
+    lock: threading.Lock,
+    trigger: str = "manual",
+    chunk_size: int = 2000,
+    wait: bool = True,
+    timeout: float | None = None,
+    progress: Callable[[JobResult], None] | None = None,
+    job_id: str | None = None,
+) -> JobResult:
+    """Extract feedback from every user message newer than the extractor's watermark.
+
+    `lock` serialises runs on this store (see the module docstring). `wait=False` records a
+    'skipped' job instead of waiting when another run holds it; `timeout` bounds the wait.
+    `progress` is called after every chunk with the running totals. `job_id`: a jobs row the
+    caller already made (the service's job registry does) to record this run on, instead of a
+    new one; its kind should be 'extract'."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    params = {"extractor": extractor.name, "version": extractor.version, "chunk_size": chunk_size}
+    config = getattr(extractor, "config", None)
+    if config is not None and hasattr(config, "as_dict"):
+        params["config"] = config.as_dict()
+    acquired = lock.acquire(timeout=timeout) if wait and timeout is not None else lock.acquire(blocking=wait)
+    if not acquired:
+        return _skip(store, extractor, trigger, params, job_id)
+    try:
+        return _run(store, extractor, trigger=trigger, chunk_size=chunk_size, params=params, progress=progress,
+                    job_id=job_id)
+    finally:
+        lock.release()
+
+
+def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, params: dict,
+         progress: Callable[[JobResult], None] | None, job_id: str | None) -> JobResult:
+    started = time.perf_counter()
+    job = store.create_job(JOB_KIND, trigger=trigger, params=params) if job_id is None else store.get_job(job_id)
+    name = watermark_name(extractor)
+    versions = getattr(extractor, "versions", {extractor.name: extractor.version})
+    cursor = store.get_watermark(name)
+    high = int(store.query("SELECT coalesce(max(seq), 0) FROM messages")[0][0])
+    out = JobResult(job.id, "running", trigger, extractor.name, watermark_from=cursor, watermark_to=cursor)
+    stats: Counter = Counter()
+    error: str | None = None
+    try:
+        while cursor < high:
+            rows = store.query(_CHUNK_SQL, [cursor, high, chunk_size])
+            if not rows:
+                break
+            windows, meta = [], []
+            for msg_id, conv_id, _seq, content, answer_id, answer, previous in rows:
+                if answer_id is not None and previous is not None:
+                    windows.append(Window(msg_id, content, answer, previous))
+                    meta.append((conv_id, answer_id))
+            result = extractor.extract(windows) if windows else None
+            events = []
+            if result is not None:
+                stats.update(result.stats)
+                out.errors += result.errors[:max(0, MAX_ERRORS_KEPT - len(out.errors))]
+                for window, (conv_id, answer_id), spans in zip(windows, meta, result.spans):
+                    events += [FeedbackEvent(
+                        conversation_id=conv_id, message_id=window.key, target_message_id=answer_id,
+                        category=s.category, span=s.text, span_start=s.start, span_end=s.end,
+                        extractor=s.extractor, extractor_version=versions.get(s.extractor, extractor.version),
+                        job_id=job.id,
+                    ) for s in spans]
+            new_cursor = int(rows[-1][2])
+            with store.transaction() as cur:
+                if store.get_watermark(name) != cursor:
+                    raise WatermarkMoved(
+                        f"the watermark {name} moved under this run (another run wrote it); stopped without writing")
+                out.new_events += _insert_events(cur, events)
+                store.set_watermark(name, new_cursor)
+            cursor = new_cursor
+            out.messages += len(rows)
+            out.windows += len(windows)
+            out.chunks += 1
+            out.watermark_to = cursor
+            if progress is not None or out.chunks % 10 == 1:
+                _fill(store, out, stats, started)
+                store.update_job(job.id, result=out.as_dict())
+                if progress is not None:
+                    progress(out)
+    except ExtractorUnavailable as exc:
+        error = f"extractor unavailable, will retry from seq {cursor} on the next run: {exc}"
+    except WatermarkMoved as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a job row must always say how the run ended
+        error = f"{type(exc).__name__}: {exc}"
+    _fill(store, out, stats, started)
+    out.status = "failed" if error else "succeeded"
+    if error:
+        out.errors.append(error)
+    store.update_job(job.id, status=out.status, result=out.as_dict(), error=error)
+    return out
+
+
+def _fill(store: Store, out: JobResult, stats: Counter, started: float) -> None:
+    """Counts of the events this job inserted (not those ignored as duplicates), and the rest."""
+    per_category = {c: 0 for c in CATEGORY_IDS}
+    per_extractor: dict[str, int] = {}
+    for category, extractor, n in store.query(
+        "SELECT category, extractor, count(*) FROM feedback_events WHERE job_id = ? GROUP BY ALL", [out.job_id]
+    ):
+        per_category[category] = per_category.get(category, 0) + int(n)
+        per_extractor[extractor] = per_extractor.get(extractor, 0) + int(n)
+    out.per_category, out.per_extractor = per_category, per_extractor
+    dropped_keys = ("malformed", "unknown_category", "span_", "no_output", "empty_output", "no_json",
+                    "duplicate_item", "too_many", "window_failed")
+    out.dropped = {k: int(v) for k, v in sorted(stats.items()) if any(d in k for d in dropped_keys)}
+    out.stats = {k: int(v) for k, v in sorted(stats.items()) if k not in out.dropped}
+    out.duration_s = round(time.perf_counter() - started, 3)
+
+
+class ExtractionRunner:
+    """What the service keeps per open store: the store, its extraction lock, and a way to make
+    extractors by kind. The scheduler calls `run("fast", trigger="schedule", wait=False)`; the
+    "run extraction now" button calls `run(kind, trigger="manual")`."""
+
+    def __init__(self, store: Store, make_extractor: Callable[[str], Extractor], *, chunk_size: int = 2000):
+        self.store = store
+        self.make_extractor = make_extractor
+        self.chunk_size = chunk_size
+        self.lock = threading.Lock()
+
+    def run(self, kind: str = "fast", *, trigger: str = "manual", wait: bool = True,
+            timeout: float | None = None) -> JobResult:
+        return run_extraction(self.store, self.make_extractor(kind), lock=self.lock, trigger=trigger,
+                              chunk_size=self.chunk_size, wait=wait, timeout=timeout)
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked()
+
+
+# ---------------------------------------------------------------------------- operator queries
+
+
+def feedback_prevalence(store: Store, days: int = 30, *, extractor: str | None = None,
+                        now: datetime | None = None) -> list[dict]:
+    """Share of conversations with feedback, per category and day, over the last `days` days.
+
+    One row per (day, category) for every day with user activity, categories in taxonomy order
+    plus "any": {"day", "category", "conversations", "with_feedback", "share"}. A conversation
+    counts on a day when a user wrote in it that day; it has feedback of a category on that day
+    when an event of that category sits in one of that day's messages."""
+    since = (now or datetime.now(timezone.utc)) - timedelta(days=days)
+    active = dict(store.query(
+        "SELECT CAST(created_at AS DATE) AS day, count(DISTINCT conversation_id) FROM messages "
+        "WHERE role = 'user' AND created_at >= ? GROUP BY day", [since]))
+    filter_sql, params = ("AND e.extractor = ?", [since, extractor]) if extractor else ("", [since])
+    found: dict = {}
+    for day, category, n in store.query(
+        "SELECT CAST(m.created_at AS DATE) AS day, coalesce(e.category, 'any'), count(DISTINCT e.conversation_id) "
+        "FROM feedback_events e JOIN messages m ON m.id = e.message_id "
+        f"WHERE m.created_at >= ? {filter_sql} GROUP BY GROUPING SETS ((day, e.category), (day))", params
+    ):
+        found[(day, category)] = int(n)
+    rows = []
+    for day in sorted(active):
+        total = int(active[day])
+        for category in (*CATEGORY_IDS, "any"):
+            k = found.get((day, category), 0)
+            rows.append({"day": day, "category": category, "conversations": total, "with_feedback": k,
+                         "share": round(k / total, 4) if total else 0.0})
+    return rows
+
+
+def recent_feedback(store: Store, limit: int = 50, *, category: str | None = None) -> list[dict]:
+    """The newest mined events with the whole user message, for a person to check the spans
+    (`message[span_start:span_end]` is the span)."""
+    where, params = ("WHERE e.category = ?", [category, limit]) if category else ("", [limit])
+    rows = store.query(
+        "SELECT e.id, e.conversation_id, e.message_id, e.category, e.span, e.span_start, e.span_end, "
+        "e.extractor, e.extractor_version, e.job_id, e.created_at, m.content "
+        f"FROM feedback_events e JOIN messages m ON m.id = e.message_id {where} "
+        "ORDER BY e.created_at DESC LIMIT ?", params)
+    keys = ("id", "conversation_id", "message_id", "category", "span", "span_start", "span_end", "extractor",
+            "extractor_version", "job_id", "created_at", "message")
+    return [dict(zip(keys, r)) for r in rows]
