@@ -1,0 +1,143 @@
+"""Attribute labels for attribute-conditioned SFT (SteerLM), and how an answer was received.
+
+SteerLM trains on the attributes an answer *has*, not the ones that were asked for: if the model
+wrote a long answer when verbosity 1 was requested, training it under "verbosity:1" would teach
+it to ignore the slider. So every SFT example is re-labelled from its text and its reception.
+
+Design choices:
+- `Labeller` is a Protocol with one method, so any regression model (a HelpSteer-style reward
+  model, an LLM judge) can replace the default by passing an object with `label`.
+- `HeuristicLabeller` (the default) is cheap and explainable: verbosity from the word count,
+  complexity from the Flesch-Kincaid grade (textstat), helpfulness / correctness / coherence
+  from the feedback the answer received. Its thresholds sit halfway between the medians of
+  adjacent levels in the built-in model's shipped corpus, so the labels speak the same language
+  the built-in model was trained on; they are fields, so a deployment can recalibrate them.
+- textstat >= 0.7.11 counts English syllables with NLTK's CMUdict, which it downloads on first
+  use. Nothing may be downloaded at run time, so we ask for language "en-US": it is not
+  recognised as English by the CMUdict lookup and falls back to Pyphen's en_US hyphenation
+  dictionary (shipped with pyphen), which is what textstat used before CMUdict. Same formula,
+  offline, deterministic.
+- `Reception.verdict` is the one place that decides whether an answer went down well; the
+  training-set builders use it too, so SFT, KTO and DPO agree. An explicit rating wins over
+  mined feedback (the user pressed the button on purpose); mined positive and negative feedback
+  on the same answer is "mixed" and used for nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Protocol
+
+from feedback.attributes import Attributes
+from feedback.taxonomy import (
+    ASK_CLARIFICATION,
+    AWARE_WITH_CORRECTION,
+    AWARE_WITHOUT_CORRECTION,
+    POSITIVE,
+    REPEAT_REPHRASE,
+)
+
+NEGATIVE_CATEGORIES = frozenset({AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION})
+
+GOOD, BAD, NEUTRAL, MIXED = "good", "bad", "neutral", "mixed"
+
+
+@dataclass(frozen=True)
+class Reception:
+    """How the user received one answer: their latest explicit rating and the mined feedback
+    categories of the user turn that followed it."""
+
+    rating: int | None = None  # +1 like, -1 dislike, None: not rated
+    categories: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def verdict(self) -> str:
+        """good | bad | neutral | mixed (see the module docstring for the rule)."""
+        if self.rating == 1:
+            return GOOD
+        if self.rating == -1:
+            return BAD
+        positive = POSITIVE in self.categories
+        negative = bool(self.categories & NEGATIVE_CATEGORIES)
+        if positive and negative:
+            return MIXED
+        if positive:
+            return GOOD
+        if negative:
+            return BAD
+        return NEUTRAL
+
+    @property
+    def source(self) -> str:
+        """What decided the verdict: liked | disliked | positive_feedback | negative_feedback | none."""
+        if self.rating == 1:
+            return "liked"
+        if self.rating == -1:
+            return "disliked"
+        verdict = self.verdict
+        return {GOOD: "positive_feedback", BAD: "negative_feedback"}.get(verdict, "none")
+
+
+class Labeller(Protocol):
+    """Anything that can put HelpSteer attributes (0-4 each) on an answer."""
+
+    name: str
+
+    def label(self, answer: str, reception: Reception) -> Attributes: ...
+
+
+@lru_cache(maxsize=1)
+def _readability():
+    from textstat.textstat import textstatistics
+
+    ts = textstatistics()
+    ts.set_lang("en-US")  # Pyphen syllables: offline (see the module docstring)
+    return ts
+
+
+def reading_grade(text: str) -> float:
+    """Flesch-Kincaid grade level of `text` (textstat, offline)."""
+    return float(_readability().flesch_kincaid_grade(text)) if text.strip() else 0.0
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+@dataclass(frozen=True)
+class HeuristicLabeller:
+    """Verbosity from length, complexity from reading grade, quality from the reception.
+
+    `verbosity_words[i]` is the smallest word count labelled verbosity i+1;
+    `complexity_grades[i]` the smallest Flesch-Kincaid grade labelled complexity i+1.
+    """
+
+    verbosity_words: tuple[int, ...] = (16, 28, 48, 66)
+    complexity_grades: tuple[float, ...] = (2.0, 5.0, 9.5, 12.5)
+    name: str = "heuristic-v1"
+
+    def label(self, answer: str, reception: Reception) -> Attributes:
+        verbosity = bisect.bisect_right(self.verbosity_words, word_count(answer))
+        complexity = bisect.bisect_right(self.complexity_grades, reading_grade(answer))
+        helpfulness, correctness, coherence = self._quality(reception)
+        return Attributes(
+            helpfulness=helpfulness, correctness=correctness, coherence=coherence,
+            complexity=complexity, verbosity=verbosity,
+        )
+
+    @staticmethod
+    def _quality(reception: Reception) -> tuple[int, int, int]:
+        """(helpfulness, correctness, coherence) from how the answer was received."""
+        verdict = reception.verdict
+        if verdict == GOOD:
+            return 4, 4, 4
+        if verdict == BAD:
+            # A correction says the content was wrong; a bare "not helpful" or a dislike says
+            # it missed the point but not that it was false.
+            correctness = 1 if AWARE_WITH_CORRECTION in reception.categories else 2
+            return 1, correctness, 3
+        if REPEAT_REPHRASE in reception.categories or ASK_CLARIFICATION in reception.categories:
+            return 2, 3, 2  # the user had to ask again or ask what it meant
+        return 3, 3, 4  # no signal either way (or mixed): the middle of the scale
