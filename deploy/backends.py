@@ -88,3 +88,14 @@ def turn_context(settings: Settings, store: Store, backend: Backend, *, source: 
     """How every surface (CLI, UI, APIs) runs a turn: same steering, limits and logging."""
     return TurnContext(store=store, backend=backend, steering=settings.steering_mode, release_id=release_id,
                        max_chars=settings.server.max_message_chars, source=source)
+
+
+def greedy_completion(backend: Backend, steering: str, *, max_new_tokens: int = 160):
+    """`complete(batch_of_message_lists) -> list[str]` on a backend, greedy and without attributes:
+    the plain completion function `feedback` and `evaluator` take instead of a backend object."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+
+    def complete(batch: list[list[dict]]) -> list[str]:
+        return backend.complete(batch, attributes=None, steering=steering, params=params)
+
+    return complete

@@ -50,19 +50,11 @@ class Split(str, Enum):
 
 def completion_function(settings: Settings):
     """`complete(batch_of_message_lists) -> list[str]` on the configured backend (greedy)."""
-    from chat.backends import SamplingParams
-    from deploy.backends import builtin_needs_build, make_backend
+    from deploy.backends import builtin_needs_build, greedy_completion, make_backend
 
     if builtin_needs_build(settings):
         err.print("Building the built-in model first (a few minutes, once)...")
-    backend = make_backend(settings)
-    params = SamplingParams(max_new_tokens=LLM_MAX_NEW_TOKENS, temperature=0.0)
-    steering = settings.steering_mode
-
-    def complete(batch: list[list[dict]]) -> list[str]:
-        return backend.complete(batch, attributes=None, steering=steering, params=params)
-
-    return complete
+    return greedy_completion(make_backend(settings), settings.steering_mode, max_new_tokens=LLM_MAX_NEW_TOKENS)
 
 
 def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int):

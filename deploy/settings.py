@@ -76,6 +76,9 @@ class ServerSettings:
 class ScheduleSettings:
     # Natural-feedback extraction inside the service, every N minutes (0 = off).
     extract_every_minutes: int = pydantic.Field(default=10, ge=0)
+    # Which extractor the scheduled run uses: fast (lexical cues + embeddings, no LLM), llm (the
+    # serving backend, prompted), or both (each event records which one found it).
+    extractor: Literal["fast", "llm", "both"] = "fast"
     # Periodic training check, cron syntax ("" = off). The job trains only when enough new
     # feedback has arrived.
     train_cron: str = "0 3 * * *"

@@ -1,0 +1,120 @@
+"""The release registry: which adapter is live, and the hand-off to the serving backend.
+
+A release is a trained adapter (or the base model itself, `adapter_path` NULL) with a status:
+candidate → live → retired, or candidate → rejected. The store guarantees one live release
+(making one live retires the previous in the same transaction); this module adds the serving
+side, in the order that never drops a chat:
+
+1. publish: copy the run's adapter into the adapter directory both the advisor and vLLM read
+   (`<data_dir>/adapters/<release id>`), so a run directory can be cleaned without breaking serving;
+2. load it into the backend under the release id (transformers: a PEFT adapter beside the others;
+   vLLM: its runtime `load_lora_adapter` endpoint) and make it the active one for new requests —
+   requests already streaming keep the adapter they started with;
+3. only then mark it live in the store.
+If loading fails, the store is untouched and the previous release keeps serving.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from feedback.store import InvalidInput, NotFound, Release, Store
+
+BASE_RELEASE_PREFIX = "base-"
+
+
+class ReleaseError(InvalidInput):
+    """A promotion or rollback that cannot be done; the message says why."""
+
+
+def adapter_dir(data_dir: Path) -> Path:
+    return data_dir / "adapters"
+
+
+def publish_adapter(adapter_path: Path, data_dir: Path, release_id: str) -> Path:
+    """Copy an adapter into the shared adapter directory (idempotent) and return its new path."""
+    src = Path(adapter_path)
+    if not (src / "adapter_config.json").is_file():
+        raise ReleaseError(f"{src} holds no PEFT adapter (adapter_config.json is missing).")
+    dest = adapter_dir(data_dir) / release_id
+    if not dest.exists():
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        tmp.rename(dest)  # atomic: vLLM never sees half an adapter
+    return dest
+
+
+def ensure_base_release(store: Store, base_model: str) -> Release:
+    """The live release, creating a 'base' release (no adapter) when none is live yet, so every
+    stored answer names the release that produced it."""
+    live = store.live_release()
+    if live is not None:
+        return live
+    release_id = BASE_RELEASE_PREFIX + Path(base_model).name[:40]
+    try:
+        existing = store.get_release(release_id)
+    except NotFound:
+        return store.create_release(base_model=base_model, adapter_path=None, status="live", release_id=release_id,
+                                    decision={"summary": "the base model, live until a trained release passes the gate"})
+    return store.set_release_status(existing.id, "live")
+
+
+def activate(backend, release: Release) -> None:
+    """Make the backend answer new requests with this release."""
+    if release.adapter_path:
+        backend.set_adapter(release.id, release.adapter_path)
+    else:
+        backend.set_adapter(None)
+
+
+def register_candidate(store: Store, *, run_id: str, adapter_path: Path, base_model: str, data_dir: Path,
+                       decision: dict | None = None) -> Release:
+    """A finished training run becomes a candidate release with its adapter published."""
+    from feedback.store import new_id
+
+    release_id = "r-" + new_id()[:12]
+    published = publish_adapter(adapter_path, data_dir, release_id)
+    return store.create_release(base_model=base_model, adapter_path=str(published), run_id=run_id,
+                                status="candidate", decision=decision, release_id=release_id)
+
+
+def promote(store: Store, backend, release_id: str, *, force: bool = False) -> Release:
+    """Load the release into the backend, switch new requests to it, then mark it live."""
+    release = store.get_release(release_id)
+    if release.status == "live":
+        return release
+    if release.status == "rejected" and not force:
+        reason = release.decision.get("summary", "see its decision")
+        raise ReleaseError(f"Release {release_id} was rejected by the gate ({reason}); pass --force to promote anyway.")
+    if backend is not None and release.base_model != backend.model:
+        raise ReleaseError(
+            f"Release {release_id} was trained on {release.base_model!r}, but the service runs {backend.model!r}."
+        )
+    if backend is not None:
+        activate(backend, release)  # raises before the store changes if the adapter cannot load
+    return store.set_release_status(release_id, "live")
+
+
+def previous_release(store: Store) -> Release | None:
+    """The release that was live before the current one."""
+    live = store.live_release()
+    candidates = [r for r in store.list_releases(limit=500)
+                  if r.status == "retired" and r.promoted_at is not None and (live is None or r.id != live.id)]
+    candidates.sort(key=lambda r: r.retired_at or r.promoted_at, reverse=True)
+    return candidates[0] if candidates else None
+
+
+def rollback(store: Store, backend) -> Release:
+    """Make the previously live release live again; the current one is retired."""
+    previous = previous_release(store)
+    if previous is None:
+        raise ReleaseError("There is no earlier live release to roll back to.")
+    live = store.live_release()
+    if backend is not None:
+        activate(backend, previous)
+    restored = store.set_release_status(previous.id, "live")
+    if live is not None:
+        store.set_release_status(live.id, "retired", decision={**live.decision, "rolled_back_to": previous.id})
+    return restored
