@@ -1,0 +1,99 @@
+"""`advisor release list | promote ID | rollback` (and `gate RUN` once the evaluator is wired).
+
+Direct mode changes the store only; the service picks the live release up when it starts. With
+`--url` the running service does it, hot-swapping the adapter without dropping chats.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deploy.cli import settings_of
+from deploy.cli_core import open_store
+from deploy.registry import ReleaseError, promote, rollback
+
+err = Console(stderr=True)
+release_app = typer.Typer(help="Releases: list, gate, promote, roll back.", no_args_is_help=True)
+
+
+def _service(url: str, token: str | None, path: str) -> dict:
+    import httpx
+
+    try:
+        r = httpx.post(f"{url.rstrip('/')}{path}", headers={"Authorization": f"Bearer {token or ''}"}, timeout=120)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]Cannot reach the service at {url}: {exc}[/red]")
+        raise typer.Exit(1) from None
+    if r.status_code >= 400:
+        err.print(f"[red]The service refused ({r.status_code}): {r.text[:500]}[/red]")
+        raise typer.Exit(1)
+    return r.json()
+
+
+@release_app.command("list")
+def list_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every release with its status and the gate's summary."""
+    with open_store(settings_of(ctx)) as store:
+        releases = store.list_releases(limit=200)
+    if as_json:
+        print(json.dumps([r.__dict__ for r in releases], default=str))
+        return
+    table = Table("id", "status", "run", "created", "promoted", "gate")
+    for r in releases:
+        table.add_row(r.id, r.status, r.run_id or "", f"{r.created_at:%Y-%m-%d %H:%M}",
+                      f"{r.promoted_at:%Y-%m-%d %H:%M}" if r.promoted_at else "", r.decision.get("summary", ""))
+    Console().print(table)
+
+
+@release_app.command("promote")
+def promote_cmd(
+    ctx: typer.Context,
+    release_id: str = typer.Argument(..., help="Release id (see `advisor release list`)."),
+    force: bool = typer.Option(False, "--force", help="Promote even a release the gate rejected."),
+    url: Optional[str] = typer.Option(None, "--url", help="Do it in the running service (hot swap)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url."),
+) -> None:
+    """Make a release live."""
+    settings = settings_of(ctx)
+    if url:
+        body = _service(url, token or settings.server.admin_token,
+                        f"/api/admin/releases/{release_id}/promote" + ("?force=true" if force else ""))
+        err.print(f"live: {body.get('id', release_id)}")
+        return
+    with open_store(settings) as store:
+        try:
+            release = promote(store, None, release_id, force=force)
+        except ReleaseError as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from None
+    err.print(f"live: {release.id} (a running service picks it up on restart; use --url to hot-swap)")
+
+
+@release_app.command("rollback")
+def rollback_cmd(
+    ctx: typer.Context,
+    url: Optional[str] = typer.Option(None, "--url", help="Do it in the running service (hot swap)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url."),
+) -> None:
+    """Make the previously live release live again."""
+    settings = settings_of(ctx)
+    if url:
+        body = _service(url, token or settings.server.admin_token, "/api/admin/releases/rollback")
+        err.print(f"live: {body.get('id')}")
+        return
+    with open_store(settings) as store:
+        try:
+            release = rollback(store, None)
+        except ReleaseError as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from None
+    err.print(f"live: {release.id}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(release_app, name="release")
