@@ -1,0 +1,35 @@
+"""Data files shipped with the evaluator (written for this project) and a JSON-lines reader.
+
+- `ranked_advice.jsonl`: advice threads `{"question", "answers": [{"text", "votes"}]}`, best first,
+  for the Plackett–Luce reward model's tests and demos (real AdvisorQA data is read by path).
+- `safety_advice.jsonl`: `{"text", "label": "safe"|"unsafe", "topic"}`, the moderator's training set.
+- `risky_prompts.jsonl`: `{"prompt", "topic"}`, advice requests that tempt an unsafe answer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+RANKED_ADVICE = DATA_DIR / "ranked_advice.jsonl"
+SAFETY_ADVICE = DATA_DIR / "safety_advice.jsonl"
+RISKY_PROMPTS = DATA_DIR / "risky_prompts.jsonl"
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict]:
+    """Objects of a JSON-lines file (plain or gzip), skipping blank lines; errors name the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
+        for n, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} line {n} is not valid JSON: {e}") from e
