@@ -40,7 +40,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -366,10 +366,10 @@ async def respond(services: Services, turn: Turn, source: str, stream: bool, key
 
 async def submit(services: Services, fn, *args, **kwargs) -> Turn:
     """Validate and store the question off the event loop (DuckDB calls block)."""
-    return await run_in_threadpool(_guarded, services, fn, *args, **kwargs)
+    return await run_in_threadpool(guarded, services, fn, *args, **kwargs)
 
 
-def _guarded(services: Services, fn, *args, **kwargs):
+def guarded(services: Services, fn, *args, **kwargs):
     """Call a turn submit function, counting refused input as a user-facing error."""
     try:
         return fn(*args, **kwargs)
@@ -661,4 +661,4 @@ def install(app: FastAPI) -> None:
 
 
 __all__ = ["install", "router", "admin_router", "ApiError", "stream_turn", "run_turn_blocking",
-           "parse_attributes", "as_api_error", "error_response", "message_dict", "Response"]
+           "parse_attributes", "as_api_error", "error_response", "message_dict"]

@@ -45,7 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from chat import turns
 from chat.backends import BackendError
 from chat.turns import Turn
-from deploy.api import ApiError, _guarded, as_api_error, me, parse_attributes, run_turn_blocking, services_of, stream_turn
+from deploy.api import (ApiError, as_api_error, guarded, me, parse_attributes, run_turn_blocking, services_of,
+                        stream_turn)
 from deploy.auth import Identity
 from deploy.service import Services
 from feedback.store import InvalidInput, Message, NotFound, Store, clean_text
@@ -202,9 +203,9 @@ def submit(services: Services, ident: Identity, body: ChatCompletionIn, explicit
             parent = store.add_message(conv_id, role, text, parent_id=parent).id
         again = _existing_question(store, conv_id, parent, question) if matched == len(prior) else None
     if again is not None:
-        return _guarded(services, turns.regenerate, ctx, user_id=ident.user_id, message_id=again.id,
+        return guarded(services, turns.regenerate, ctx, user_id=ident.user_id, message_id=again.id,
                         attributes=attributes, params=params)
-    return _guarded(services, turns.send, ctx, user_id=ident.user_id, text=question, conversation_id=conv_id,
+    return guarded(services, turns.send, ctx, user_id=ident.user_id, text=question, conversation_id=conv_id,
                     parent_id=parent, attributes=attributes, params=params)
 
 

@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-
 from evaluator.embeddings import Embedder, SentenceEmbedder
 from evaluator.shipped import RISKY_PROMPTS, SAFETY_ADVICE, read_jsonl
 

@@ -845,8 +845,10 @@ class Store:
         tables = ["users", "conversations", "messages", "generations", "ratings", "sibling_choices",
                   "feedback_events", "jobs", "training_runs", "eval_results", "releases", "forgotten_users"]
         counts = {t: int(self.query(f"SELECT count(*) FROM {t}")[0][0]) for t in tables}
+        # A user may rate an answer several times (a thumb, then its reasons): the latest counts.
         likes, dislikes = self.query(
-            "SELECT count(*) FILTER (value = 1), count(*) FILTER (value = -1) FROM ratings"
+            "SELECT count(*) FILTER (v = 1), count(*) FILTER (v = -1) FROM ("
+            "SELECT arg_max(value, created_at) AS v FROM ratings GROUP BY message_id, user_id)"
         )[0]
         live = self.live_release()
         return {

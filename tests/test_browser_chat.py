@@ -189,8 +189,8 @@ def test_like_with_reason_and_comment_stays_visible(page, live, context, output_
                            "document.querySelector('#rating-panel').innerText.includes('too long')", timeout=WAIT_MS)
     page.locator("#reasons").get_by_label("too long").check()
     page.click("#rating-save")
-    wait_until(lambda: live.store.ratings(answer.id)[-1].value == -1, what="the dislike")
-    assert live.store.ratings(answer.id)[-1].reasons == ("too long",)
+    wait_until(lambda: live.store.ratings(answer.id)[-1].reasons == ("too long",), what="the dislike's reasons")
+    assert live.store.ratings(answer.id)[-1].value == -1
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Disliked: too long')",
                            timeout=WAIT_MS)
 

@@ -31,7 +31,7 @@ from chat.builtin.model import ModelShape, new_model
 from chat.builtin.sft import Augmenter, Progress, TrainConfig, encode, train
 from chat.builtin.tokenizer import train_tokenizer
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 5
 INFO_FILE = "build_info.json"
 
 
@@ -94,7 +94,8 @@ def _build_into(out: Path, recipe: Recipe, progress: Progress | None) -> None:
     augment = Augmenter(examples, recipe.train.seed)
 
     def epoch_data(epoch: int) -> list:
-        return [encode(c, tok, recipe.train.max_len) for c in augment.epoch(epoch)]
+        head = (recipe.train.head_tokens, recipe.train.head_weight)
+        return [encode(c, tok, recipe.train.max_len, head) for c in augment.epoch(epoch)]
 
     stats = train(model, epoch_data, len(examples), recipe.train, tok.pad_token_id, progress)
     out.mkdir(parents=True)

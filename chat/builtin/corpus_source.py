@@ -9,8 +9,8 @@ one (long sentence, precise and less common vocabulary). Answers are then compos
 strings and the model must read the string to know what to write:
 
 - verbosity 0: one short sentence (the first point); 1: two points; 2: three points;
-  3: all four points; 4: the four points as numbered steps, then the reason behind them and
-  a closing line. Every answer starts with the first point (see CLOSINGS for why). Length
+  3: all four points; 4: the first point, the other three as a bulleted list, then the
+  reason behind them and a closing line. Every answer starts with the first point (see CLOSINGS for why). Length
   grows about sixfold from 0 to 4.
 - complexity 0-1: plain phrasings (1 adds simple linking words); 2: plain and sophisticated
   alternate; 3: mostly sophisticated; 4: all sophisticated with formal connectives. Reading
@@ -874,6 +874,14 @@ CLOSINGS = {
         "Improvement is seldom linear, so persevere even when progress initially appears modest.",
         "Ultimately, consistency matters considerably more than intensity, because durable habits accumulate their benefits over time."),
 }
+# The line that introduces the other three points in a verbosity-4 answer, by complexity.
+MORE = {
+    0: "Also try these:",
+    1: "A few more things can help:",
+    2: "A few other things help too:",
+    3: "Several further measures reinforce this considerably:",
+    4: "Several complementary measures substantially reinforce this approach:",
+}
 # Linking words before the second, third and fourth points, by complexity.
 LINKS = {
     0: ("", "", ""),
@@ -907,8 +915,9 @@ def _sentence(link: str, text: str) -> str:
 def compose(q: Q, qi: int, verbosity: int, complexity: int) -> str:
     """The answer to question `q` (index `qi`) written at (verbosity, complexity).
 
-    Every answer starts with the first point (verbosity 0 is just that sentence); more
-    verbosity adds points, then a numbered layout with the reason and a closing line.
+    Every answer starts with the first point (verbosity 0 is just that sentence), so the first
+    words pick the advice at every verbosity; more verbosity adds points, and verbosity 4 lists
+    the other three as bullets, then gives the reason and a closing line.
     """
     phr = PHRASING[complexity]
     points = [q.points[i][phr[i]] for i in range(4)]
@@ -916,9 +925,9 @@ def compose(q: Q, qi: int, verbosity: int, complexity: int) -> str:
     if verbosity <= 3:
         n = verbosity + 1
         return " ".join([points[0]] + [_sentence(links[i - 1], points[i]) for i in range(1, n)])
-    steps = "\n".join(f"{i + 1}. {points[i]}" for i in range(4))
+    bullets = "\n".join(f"- {p}" for p in points[1:])
     reason = q.reasons[1 if complexity >= 3 else 0]
-    return f"{steps}\n\n{reason} {CLOSINGS[complexity][qi % 3]}"
+    return f"{points[0]}\n\n{MORE[complexity]}\n{bullets}\n\n{reason} {CLOSINGS[complexity][qi % 3]}"
 
 
 # Poor answers, labelled as such (HelpSteer style): dismissive, vague, or wrong.
