@@ -65,12 +65,13 @@ def sampling_params(settings: Settings, *, max_new_tokens: int | None = None, te
 def use_live_release(store: Store, backend: Backend) -> tuple[str | None, str | None]:
     """Serve what the web app serves: the live release's adapter on this backend.
 
-    Returns (release id to log with each answer, or None for the base model; a warning to show,
-    or None). A live release for another base model, or whose adapter directory is gone, is not
+    Returns (release id to log with each answer; a warning to show, or None). A live release for another base model, or whose adapter directory is gone, is not
     applied: the base model answers and the warning says why."""
-    live = store.live_release()
-    if live is None:
-        return None, None
+    from deploy.registry import ensure_base_release
+
+    # With no trained release yet, the base model is recorded as a release of its own, so every
+    # stored answer names the release that produced it.
+    live = ensure_base_release(store, backend.model)
     if live.base_model != backend.model:
         return None, (f"The live release {live.id} is for base model {live.base_model!r}, not {backend.model!r}; "
                       "answering with the base model.")
