@@ -175,12 +175,13 @@ def main() -> None:
           f"{idle_estimate / 60:.1f} min ({idle_estimate:.0f} s)", flush=True)
     if args.full:
         scorer.stats.__init__()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         report = evaluate_hh(everything, scorer)
-        dt = time.perf_counter() - t0
-        result.update(full_run_s=round(dt, 1), full_pairs_per_s=round(len(all_pairs) / dt, 2),
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        result.update(full_run_s=round(dt, 1), full_run_cpu_s=round(dc, 1), full_pairs_per_s=round(len(all_pairs) / dt, 2),
                       full_accuracy={k: v for k, v in report.as_dict().items() if k != "counts"})
-        print(f"full run measured: {len(all_pairs):,} pairs in {dt / 60:.1f} min ({len(all_pairs) / dt:.2f} pairs/s); "
+        print(f"full run measured: {len(all_pairs):,} pairs in {dt / 60:.1f} min ({len(all_pairs) / dt:.2f} pairs/s), "
+              f"{dc / 60:.1f} CPU-min (idle {cores}-core machine: ~{dc / cores / 60:.1f} min); "
               f"helpful {report.helpful:.3f} harmless {report.harmless:.3f} mean {report.mean:.3f}", flush=True)
     result["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     if args.json:
