@@ -206,7 +206,8 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
     out = {}
     for key, value in environ.items():
-        if key.startswith(ENV_PREFIX) and key != "ADVISOR_CONFIG":
+        # ADVISOR_CONFIG names the file; ADVISOR_TEST_* belong to the test suite, not the app.
+        if key.startswith(ENV_PREFIX) and key != "ADVISOR_CONFIG" and not key.startswith("ADVISOR_TEST_"):
             out[key[len(ENV_PREFIX):].lower().replace("__", ".")] = value
     return out
 

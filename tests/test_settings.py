@@ -49,3 +49,8 @@ def test_secrets_are_masked():
     assert tree["server"]["admin_token"] == "***"
     assert tree["server"]["session_secret"] == ""
     assert "zq-secret-zq" not in str(tree)
+
+
+def test_test_suite_variables_are_not_settings():
+    s = load_settings(environ={"ADVISOR_TEST_CACHE": "/tmp/x", "ADVISOR_SERVER__PORT": "9001"})
+    assert s.server.port == 9001

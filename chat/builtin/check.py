@@ -33,10 +33,16 @@ def steerlm(verbosity: int, complexity: int) -> str:
     return f"helpfulness:4,correctness:4,coherence:4,complexity:{complexity},verbosity:{verbosity}"
 
 
-def generate_answers(model_dir: Path, questions: tuple[str, ...], attributes: str, *, max_new_tokens: int = 300) -> list[str]:
+def load(model_dir: Path) -> tuple:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    model.eval()
+    return model.eval(), tok
+
+
+def generate_answers(model_dir: Path | tuple, questions: tuple[str, ...], attributes: str, *,
+                     max_new_tokens: int = 300) -> list[str]:
+    """Greedy answers to each question; `model_dir` may also be a loaded (model, tokenizer)."""
+    model, tok = model_dir if isinstance(model_dir, tuple) else load(model_dir)
     out = []
     for q in questions:
         enc = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
@@ -65,11 +71,12 @@ def measure_steering(model_dir: Path, questions: tuple[str, ...] = HELD_OUT_QUES
     """Mean answer length per verbosity level and mean reading grade per complexity level."""
     from feedback.labeller import reading_grade
 
+    loaded = load(model_dir)
     words, grades, samples = {}, {}, {}
     for v in verbosities:
-        answers = samples[steerlm(v, 2)] = generate_answers(model_dir, questions, steerlm(v, 2))
+        answers = samples[steerlm(v, 2)] = generate_answers(loaded, questions, steerlm(v, 2))
         words[v] = statistics.mean(len(a.split()) for a in answers)
     for c in complexities:
-        answers = samples[steerlm(2, c)] = generate_answers(model_dir, questions, steerlm(2, c))
+        answers = samples[steerlm(2, c)] = generate_answers(loaded, questions, steerlm(2, c))
         grades[c] = statistics.mean(reading_grade(a) for a in answers)
     return SteeringReport(words, grades, samples)
