@@ -52,6 +52,9 @@ QUESTIONS = [
 ]
 
 
+from _machine import cpu_model  # noqa: E402
+
+
 def machine() -> str:
     import torch
 
@@ -62,7 +65,7 @@ def machine() -> str:
         load = "load avg " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
     except Exception:
         mem, load = "", ""
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_model()
     return (f"{platform.system()} {platform.release()} · {cpu} · {os.cpu_count()} CPUs · {mem} · "
             f"torch {torch.__version__} ({torch.get_num_threads()} threads) · Python {platform.python_version()} · {load}")
 

@@ -40,17 +40,13 @@ from evaluator.hh_data import load_hh  # noqa: E402
 from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer, encode_rows  # noqa: E402
 
 
+from _machine import cpu_model  # noqa: E402
+
+
 def machine() -> dict:
     import torch
 
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(), "load_avg_1m": round(os.getloadavg()[0], 2)}
 

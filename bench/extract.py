@@ -38,15 +38,11 @@ sys.path.insert(0, str(REPO))
 # ---------------------------------------------------------------------------- machine
 
 
+from _machine import cpu_model  # noqa: E402
+
+
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     import psutil
 
     return {

@@ -73,15 +73,11 @@ class InstantBackend:
         return _InstantGeneration()
 
 
+from _machine import cpu_model  # noqa: E402
+
+
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     import duckdb
     import torch
 

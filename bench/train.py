@@ -34,18 +34,14 @@ from trainer.process import start_run  # noqa: E402
 from trainer.rundir import read_metadata, read_progress  # noqa: E402
 
 
+from _machine import cpu_model  # noqa: E402
+
+
 def machine() -> dict:
     import psutil
     import torch
 
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "ram_gb": round(psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version(),
             "torch": torch.__version__, "load_avg_1m": round(os.getloadavg()[0], 2)}
