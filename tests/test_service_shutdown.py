@@ -44,7 +44,7 @@ def test_sigterm_finishes_or_interrupts_answers_and_releases_the_database(tiny_m
     env.pop("ADVISOR_CONFIG", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "deploy.cli", "--data-dir", str(tmp_path), "serve", "--port", str(port),
-         "--grace", "2", "--log-level", "warning"],
+         "--grace", "0.5", "--log-level", "warning"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}"
