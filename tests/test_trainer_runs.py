@@ -55,13 +55,13 @@ def make_run_dir(path, method, n=16, n_eval=0):
     return path
 
 
-def wait_until(predicate, timeout=240, what="condition"):
+def wait_until(predicate, timeout=240, what="condition", every=0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -93,9 +93,11 @@ def test_run_saves_adapter_progress_and_metadata(tmp_path, tiny_model_dir, metho
 
 def test_sigkill_then_restart_resumes_from_checkpoint(tmp_path, tiny_model_dir):
     run_dir = make_run_dir(tmp_path / "run", "kto", n=16)
-    cfg = config_for("kto", base_model=str(tiny_model_dir), max_steps=4, batch_size=4, save_steps=2)
+    # 40 steps: on a fast machine 4 steps finished between the first checkpoint and the kill.
+    cfg = config_for("kto", base_model=str(tiny_model_dir), max_steps=40, batch_size=4, save_steps=2)
     handle = start_run(run_dir, cfg)
-    wait_until(lambda: any(r.get("event") == "checkpoint" for r in read_progress(run_dir)), what="a checkpoint")
+    wait_until(lambda: any(r.get("event") == "checkpoint" for r in read_progress(run_dir)),
+               what="a checkpoint", every=0.05)
     os.kill(handle.pid, signal.SIGKILL)
     handle.wait(30)
     assert run_state(run_dir).status == "crashed"
@@ -109,7 +111,7 @@ def test_sigkill_then_restart_resumes_from_checkpoint(tmp_path, tiny_model_dir):
     meta = read_metadata(run_dir)
     assert meta["status"] == "succeeded" and meta["attempt"] == 2
     assert meta["resumed_from"].endswith(f"checkpoint-{resume[0]['step']}")
-    assert meta["metrics"]["global_step"] == 4 and (run_dir / "adapter" / "adapter_model.safetensors").exists()
+    assert meta["metrics"]["global_step"] == 40 and (run_dir / "adapter" / "adapter_model.safetensors").exists()
 
 
 def test_sigterm_cancels_and_keeps_no_adapter(tmp_path, tiny_model_dir):
