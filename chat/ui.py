@@ -170,7 +170,7 @@ def build_ui(deps: UIDeps) -> gr.Blocks:
                 c = _chat_tab(deps, state)
             op_tab = gr.Tab("Operator", id="operator", visible=False, elem_id="operator-tab")
             with op_tab:
-                refresh_operator = None
+                refresh_operator: list[dict] = []
                 if deps.operator is not None:
                     from chat.ui_operator import build_operator
 
@@ -186,8 +186,8 @@ def build_ui(deps: UIDeps) -> gr.Blocks:
                     op_tab: gr.update(visible=bool(ident.is_admin))}
 
         load = demo.load(on_load, [state], [state, c["who"], c["convs"], op_tab], api_visibility="undocumented")
-        if refresh_operator is not None:
-            load.then(**refresh_operator)
+        for refresh in refresh_operator:
+            load = load.then(**refresh)
     demo.queue(default_concurrency_limit=64)
     return demo
 

@@ -9,9 +9,11 @@ Design choices:
 - The numbers come from `chat.ui_reports`, the same functions behind `/api/admin/*`.
 - Extension points: action buttons come from `OperatorDeps.buttons()` — (job kind, label)
   pairs that the service's job registry collects from jobs registered with a `button=` label
-  ("Run extraction now", "Start cycle"); a click calls `run_job(kind)`. Later issues add
-  panels by appending builders to `OperatorDeps.panels` (each gets `(deps, is_admin)` inside
-  the tab's Blocks context and returns nothing).
+  ("Run extraction now", "Start cycle"); a click calls `run_job(kind)`. Panels (feedback
+  prevalence, training, releases, serving…) are builders in `OperatorDeps.panels`: each is
+  called with a `PanelContext` inside the tab's Blocks context, builds its components, and
+  hooks its own loader to `ctx.on_refresh` so it refreshes with the tab. `deploy.panels`
+  collects them from the modules in its `PANEL_MODULES`.
 """
 
 from __future__ import annotations
@@ -31,12 +33,35 @@ MAX_BUTTONS = 6  # button slots made up front; Gradio cannot add components afte
 
 
 @dataclass
+class PanelContext:
+    """What a panel builder gets: the store, the admin check and the tab's refresh hook."""
+
+    store: Callable[[], Store]
+    identify: Callable[[Any], Any]
+    denied: str
+    refresh_triggers: list[Any]  # Gradio event sources that refresh the whole tab
+
+    def is_admin(self, request: Any) -> bool:
+        ident = self.identify(request)
+        return ident is not None and bool(ident.is_admin)
+
+    def on_refresh(self, fn: Callable, outputs: list[Any], inputs: list[Any] | None = None) -> None:
+        """Run `fn(*inputs, request)` whenever the tab refreshes (page load, Refresh, bucket change).
+        `fn` must check `self.is_admin(request)` itself and return empty values if not."""
+        for trigger in self.refresh_triggers:
+            trigger(fn, inputs or [], outputs, api_visibility="undocumented")
+
+
+PanelBuilder = Callable[[PanelContext], None]
+
+
+@dataclass
 class OperatorDeps:
     store: Callable[[], Store]
     buttons: Callable[[], list[tuple[str, str]]] = lambda: []  # (job kind, label)
     run_job: Callable[[str], str] = lambda kind: f"No job runner for {kind}."
     status: Callable[[], dict] = lambda: {}
-    panels: list[Callable[..., None]] = field(default_factory=list)
+    panels: list[PanelBuilder] = field(default_factory=list)
 
 
 def _short(text: Any, n: int = 80) -> str:
@@ -90,9 +115,9 @@ def _summary(store: Store, status: dict) -> str:
     )
 
 
-def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> dict:
-    """Build the tab's contents (inside the caller's `gr.Tab`); returns the kwargs of a refresh
-    event the page load chains to."""
+def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[dict]:
+    """Build the tab's contents (inside the caller's `gr.Tab`); returns the kwargs of the refresh
+    events (the tab's own, then each panel's) that the page load chains to, in order."""
     denied = "This tab is for operators. Sign in as the admin at [/signin](/signin)."
     summary = gr.Markdown(elem_id="operator-summary")
     with gr.Row():
@@ -116,8 +141,14 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> dict:
         with gr.Column():
             gr.Markdown("#### Releases")
             releases_df = gr.Dataframe(interactive=False, wrap=True, elem_id="operator-releases", max_height=300)
+    panel_loads: list[dict] = []
+
+    def hook(fn, inputs, outputs, api_visibility="undocumented"):
+        panel_loads.append({"fn": fn, "inputs": inputs, "outputs": outputs, "api_visibility": api_visibility})
+
+    ctx = PanelContext(store=deps.store, identify=identify, denied=denied, refresh_triggers=[hook])
     for panel in deps.panels:
-        panel(deps)
+        panel(ctx)
 
     outputs = [summary, counts_plot, reasons_plot, turns_table, jobs_df, releases_df, action_kinds, *action_buttons]
 
@@ -136,8 +167,10 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> dict:
                 frames["jobs"], frames["releases"], [k for k, _ in buttons], *updates]
 
     kwargs = {"fn": load, "inputs": [bucket], "outputs": outputs, "api_visibility": "undocumented"}
-    refresh.click(**kwargs)
-    bucket.change(**kwargs)
+    for event in (refresh.click, bucket.change):
+        dep = event(**kwargs)
+        for panel_load in panel_loads:
+            dep.then(**panel_load)
 
     def make_action(i: int):
         def act(kinds: list[str], request: gr.Request) -> str:
@@ -155,4 +188,4 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> dict:
 
     for i, button in enumerate(action_buttons):
         button.click(make_action(i), [action_kinds], [action_note], api_visibility="undocumented")
-    return kwargs
+    return [kwargs, *panel_loads]

@@ -270,6 +270,7 @@ def _mount_ui(app: FastAPI, services: Services) -> None:
 
     from chat.ui import UIDeps, build_ui
     from chat.ui_operator import OperatorDeps
+    from deploy.panels import operator_panels
 
     def identify(request: Any) -> Identity | None:
         if services.auth is None or request is None:
@@ -294,6 +295,7 @@ def _mount_ui(app: FastAPI, services: Services) -> None:
             run_job=run_job,
             status=lambda: {"release": services.release_id, "warning": services.release_warning,
                             "backend": _safe_health(services)},
+            panels=operator_panels(services),
         ),
     )
     blocks = build_ui(deps)
