@@ -24,7 +24,7 @@ Design choices:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chat.backends.base import Backend, BackendError, Generation, SamplingParams
@@ -41,6 +41,10 @@ class TurnContext:
     backend: Backend
     steering: str = "steerlm"
     release_id: str | None = None
+    # The release an answer came from, given the adapter its generation pinned (None: unknown,
+    # keep `release_id`). `release_id` is read when the question is submitted, but the adapter is
+    # pinned when generation starts; a promotion in between would otherwise log the wrong release.
+    release_of: Callable[[str | None], str | None] | None = None
     max_chars: int = MAX_MESSAGE_CHARS
     source: str = "ui"  # ui | api | openai | cli | simulator (stored on new conversations)
 
@@ -139,7 +143,7 @@ class Turn:
             backend=backend.kind,
             model=gen.model if gen is not None else _model_name(backend),
             adapter=gen.adapter if gen is not None else backend.active_adapter,
-            release_id=self.ctx.release_id,
+            release_id=self._release_id(gen),
             attributes=self.attributes,
             steering=self.ctx.steering,
             temperature=self.params.temperature,
@@ -157,6 +161,11 @@ class Turn:
             self.conversation_id, "assistant", self.text,
             parent_id=self.user_message.id, status=status, generation=meta,
         )
+
+
+    def _release_id(self, gen: Generation | None) -> str | None:
+        pinned = self.ctx.release_of(gen.adapter) if (gen is not None and self.ctx.release_of) else None
+        return pinned if pinned is not None else self.ctx.release_id
 
 
 def _model_name(backend: Backend) -> str:
@@ -186,10 +195,11 @@ def send(
         store.get_conversation(conversation_id, user_id=user_id)
         thread = store.thread(conversation_id)
         parent_id = thread[-1].id if thread else None
-    with store.transaction():  # a new conversation and its first question, or neither
-        new = conversation_id is None
-        if new:
-            conversation_id = store.create_conversation(user_id, source=ctx.source).id
+    new = conversation_id is None
+    if new:  # a new conversation and its first question, or neither
+        conv, user_message = store.start_conversation(user_id, text, source=ctx.source)
+        conversation_id = conv.id
+    else:
         user_message = store.add_message(conversation_id, "user", text, parent_id=parent_id)
     return Turn(ctx, conversation_id=conversation_id, user_message=user_message, new_conversation=new,
                 attributes=attributes or Attributes(), params=params or SamplingParams())
