@@ -57,6 +57,9 @@ CSS = """
 #branch-bar button { max-width: 44px; min-width: 36px; flex: 0 0 auto; }
 #branch-label { flex: 0 0 auto !important; width: auto !important; min-width: 0 !important; }
 #branch-label p { margin: 0; }
+.feedback-sample { width: 100%; font-size: 0.9em; }
+.feedback-sample td { vertical-align: top; padding: 2px 6px; }
+.feedback-sample mark { background: #ffe28a; padding: 0 2px; border-radius: 3px; }
 .level-preview p { margin: -6px 0 8px 0; color: var(--body-text-color-subdued); font-size: 0.9em; }
 #who p { margin: 0; }
 """

@@ -147,7 +147,9 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[d
         panel_loads.append({"fn": fn, "inputs": inputs, "outputs": outputs, "api_visibility": api_visibility})
 
     ctx = PanelContext(store=deps.store, identify=identify, denied=denied, refresh_triggers=[hook])
-    for panel in deps.panels:
+    from chat.ui_panel_feedback import feedback_panel  # imports this module: only at build time
+
+    for panel in (feedback_panel, *deps.panels):
         panel(ctx)
 
     outputs = [summary, counts_plot, reasons_plot, turns_table, jobs_df, releases_df, action_kinds, *action_buttons]

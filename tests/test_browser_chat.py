@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -387,6 +388,11 @@ def test_operator_tab_needs_admin_and_shows_the_loop(browser, live, output_dir):
     try:
         page = open_app(ctx, live.url)
         send(page, live, ctx, "A question for the operator's table")
+        send(page, live, ctx, "Thanks, that <b>worked</b> perfectly!")
+        from feedback.extract import make_extractor
+        from feedback.extract.runner import run_extraction
+
+        assert run_extraction(live.store, make_extractor("fast"), lock=threading.Lock(), trigger="test").new_events >= 1
         assert page.locator("#operator-tab-button").count() == 0 or not page.get_by_role("tab", name="Operator").is_visible()
         page.goto(live.url + "/signin")
         page.screenshot(path=str(output_dir / "ui-signin.png"))
@@ -399,6 +405,12 @@ def test_operator_tab_needs_admin_and_shows_the_loop(browser, live, output_dir):
         page.wait_for_function("() => document.querySelector('#operator-turns').innerText.includes('operator')",
                                timeout=WAIT_MS)
         assert page.locator("#operator-counts").is_visible() and page.locator("#operator-reasons").is_visible()
+        # The mined feedback sample: the span is marked, the user's HTML stays text.
+        page.wait_for_selector("#operator-feedback-sample mark", timeout=WAIT_MS)
+        assert "Thanks" in page.inner_text("#operator-feedback-sample mark")
+        assert page.locator("#operator-feedback-sample b").count() == 0
+        assert "<b>worked</b>" in page.inner_text("#operator-feedback-sample")
+        assert page.locator("#operator-prevalence").is_visible()
         time.sleep(1)  # let the plots draw before the screenshot
         page.screenshot(path=str(output_dir / "ui-operator.png"), full_page=True)
     finally:
