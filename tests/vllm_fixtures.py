@@ -8,7 +8,9 @@ Use from a test module (pytest finds fixtures imported into the module):
 free localhost port, serving `vllm_model_dir` (the tiny random model by default; override the
 fixture in a module to serve another directory) with runtime LoRA loading enabled. Tests are
 skipped with the reason when `.venv-vllm` is absent (`scripts/setup_vllm_env.sh` creates it).
-A test may kill the server (`server.kill()`); the next test that asks for it gets it restarted.
+A test may kill the server (`server.kill()`); the next test that asks for it gets it restarted
+(on a new port), or the test restarts it itself on the same port (`server.restart()`), as a
+supervisor would, so that clients configured with its URL find it again.
 """
 
 from __future__ import annotations
@@ -91,6 +93,13 @@ class VLLMTestServer:
             self.cfg = dataclasses.replace(self.cfg, port=free_port())
             self.start()
         return self
+
+    def restart(self) -> float:
+        """Start again on the same port (after `kill()`); returns the seconds it took."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("the vLLM test server is still running; kill() it first")
+        self.start()
+        return self.start_seconds
 
     def kill(self) -> None:
         """SIGKILL the whole server (API process, engine and workers): a crash, not a shutdown."""

@@ -9,6 +9,11 @@ Design choices:
   so a swap never changes a request in flight. `set_adapter(name, path)` loads an adapter the
   server does not list yet through vLLM's runtime LoRA endpoint; names must be unique per
   weights (use the release id), because vLLM will not replace an adapter under the same name.
+- A restarted vLLM server has forgotten every runtime-loaded adapter. The backend remembers the
+  path of each adapter it was given, and puts it back on its own: a request for a known adapter
+  that the server answers with 404 loads it and is retried once, and `health()` re-loads the
+  active adapter when the server no longer lists it. So the live release comes back with the
+  server, without restarting the advisor.
 - SteerLM attributes travel as `chat_template_kwargs`, which vLLM passes to the chat template
   (the same `attributes` kwarg the transformers backend uses).
 - Timeouts (a short connect timeout, so a dead server is reported in seconds) and the client's
@@ -60,7 +65,10 @@ class OpenAICompatibleBackend:
         )
         self._model = model
         self._active: str | None = None
+        # name -> path of every adapter this backend was given: what to re-load into a restarted server.
+        self._paths: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._load_lock = threading.Lock()  # one re-load at a time: concurrent 404s need only one
         if adapter:
             self.set_adapter(adapter)
 
@@ -93,6 +101,7 @@ class OpenAICompatibleBackend:
         if not name:
             self._active = None
             return
+        path = str(path) if path is not None else self._paths.get(name)
         served = {m.id for m in self._list_models()}
         if name not in served:
             if path is None:
@@ -100,18 +109,62 @@ class OpenAICompatibleBackend:
                     f"The model server at {self.base_url} has no adapter named {name!r} "
                     f"(it serves: {', '.join(sorted(served)) or 'nothing'}). Load it first or pass its path."
                 )
-            try:
-                self._client.post(
-                    "/load_lora_adapter", cast_to=httpx.Response, body={"lora_name": name, "lora_path": str(path)}
-                )
-            except openai.APIStatusError as exc:
-                raise BackendError(
-                    f"The model server at {self.base_url} could not load the adapter {name!r} from {path}: "
-                    f"{_detail(exc)}. The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
-                ) from exc
-            except openai.APIError as exc:
-                raise self._error(exc, name) from exc
+            self._load(name, path)
+        if path is not None:
+            self._paths[name] = path
         self._active = name
+
+    def _load(self, name: str, path: str) -> None:
+        """vLLM's runtime LoRA load; "already loaded" (a concurrent re-load won) counts as done."""
+        try:
+            self._client.post("/load_lora_adapter", cast_to=httpx.Response, body={"lora_name": name, "lora_path": path})
+        except openai.APIStatusError as exc:
+            if exc.status_code == 400 and name in {m.id for m in self._list_models()}:
+                return
+            raise BackendError(
+                f"The model server at {self.base_url} could not load the adapter {name!r} from {path}: "
+                f"{_detail(exc)}. The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
+            ) from exc
+        except openai.APIError as exc:
+            raise self._error(exc, name) from exc
+
+    def reload_adapter(self, name: str) -> bool:
+        """Put a known adapter back into a server that no longer serves it (it was restarted).
+        Returns False when this backend never had a path for `name` (nothing it can do)."""
+        path = self._paths.get(name)
+        if path is None:
+            return False
+        with self._load_lock:
+            if name not in {m.id for m in self._list_models()}:
+                self._load(name, path)
+        return True
+
+    def unload_adapter(self, name: str) -> None:
+        """Free an adapter in the server (retirement). An absent adapter is not an error."""
+        self._paths.pop(name, None)
+        try:
+            self._client.post("/unload_lora_adapter", cast_to=httpx.Response, body={"lora_name": name})
+        except openai.NotFoundError:
+            pass
+        except openai.APIStatusError as exc:
+            if exc.status_code != 400:  # vLLM answers 400 for an adapter it does not have
+                raise BackendError(f"The model server at {self.base_url} could not unload {name!r}: {_detail(exc)}") from exc
+        except openai.APIError as exc:
+            raise self._error(exc, name) from exc
+
+    def _create(self, request: dict, **kwargs):
+        """`chat.completions.create`, re-loading a forgotten adapter once (the server was restarted)."""
+        try:
+            return self._client.chat.completions.create(**request, **kwargs)
+        except openai.NotFoundError as exc:
+            if not self.reload_adapter(request["model"]):
+                raise self._error(exc, request["model"]) from exc
+        except openai.APIError as exc:
+            raise self._error(exc, request["model"]) from exc
+        try:
+            return self._client.chat.completions.create(**request, **kwargs)
+        except openai.APIError as exc:
+            raise self._error(exc, request["model"]) from exc
 
     # ---- errors
 
@@ -124,7 +177,7 @@ class OpenAICompatibleBackend:
             )
         if isinstance(exc, openai.APIConnectionError):
             return BackendUnavailable(
-                f"Cannot reach the model server at {url}. Start it (for vLLM: `advisor vllm serve`, "
+                f"Cannot reach the model server at {url}. Start it (for vLLM: `advisor serve-model`, "
                 "or your own `vllm serve` command) or point backend.base_url at a running one, then try again."
             )
         if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
@@ -192,11 +245,7 @@ class OpenAICompatibleBackend:
         requests = [self._request(m, attributes, steering, params, model) for m in batch]
 
         def one(request: dict) -> str:
-            try:
-                response = self._client.chat.completions.create(**request)
-            except openai.APIError as exc:
-                raise self._error(exc, request["model"]) from exc
-            return (response.choices[0].message.content or "").strip()
+            return (self._create(request).choices[0].message.content or "").strip()
 
         if len(requests) <= 1:
             return [one(r) for r in requests]
@@ -204,12 +253,24 @@ class OpenAICompatibleBackend:
             return list(pool.map(one, requests))
 
     def health(self) -> dict:
+        """Reachability, what the server serves (`adapters`: loaded LoRA name -> path), and the
+        active adapter — re-loaded first if a restarted server forgot it (`reloaded`)."""
+        down = {"ok": False, "kind": self.kind, "base_url": self.base_url, "adapter": self._active, "adapters": {}}
         try:
-            models = [m.id for m in self._list_models()]
+            listed = self._list_models()
         except BackendError as exc:
-            return {"ok": False, "kind": self.kind, "base_url": self.base_url, "error": str(exc)}
-        return {"ok": True, "kind": self.kind, "base_url": self.base_url, "model": self._model or None,
-                "adapter": self._active, "models": models}
+            return {**down, "error": str(exc)}
+        extra: dict = {}
+        active = self._active
+        if active and active not in {m.id for m in listed}:
+            try:
+                if self.reload_adapter(active):
+                    listed, extra["reloaded"] = self._list_models(), active
+            except BackendError as exc:  # the server is up but the adapter would not load: say so
+                extra["error"] = str(exc)
+        adapters = {m.id: getattr(m, "root", None) or "" for m in listed if getattr(m, "parent", None)}
+        return {"ok": "error" not in extra, "kind": self.kind, "base_url": self.base_url, "model": self._model or None,
+                "adapter": active, "models": [m.id for m in listed], "adapters": adapters, **extra}
 
     def close(self) -> None:
         self._client.close()
@@ -231,12 +292,10 @@ class _OpenAIGeneration(Generation):
         self._backend = backend
         self._server_finish: str | None = None
         try:
-            self._stream = backend._client.chat.completions.create(
-                **request, stream=True, stream_options={"include_usage": True}
-            )
-        except openai.APIError as exc:
+            self._stream = backend._create(request, stream=True, stream_options={"include_usage": True})
+        except BackendError:
             self.finish_reason = "error"
-            raise backend._error(exc, request["model"]) from exc
+            raise
         self._model_name = request["model"]
 
     def _on_cancel(self) -> None:
