@@ -64,7 +64,7 @@ class VLLMServerConfig:
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None  # "ray" for multi-node
     enable_lora: bool = True
-    max_lora_rank: int = 16
+    max_lora_rank: int = 64
     max_loras: int = 4
     max_cpu_loras: int | None = None
     kv_cache_gib: float | None = None  # CPU only: VLLM_CPU_KVCACHE_SPACE
