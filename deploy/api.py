@@ -18,6 +18,8 @@ Routes (all JSON; errors are `{"error": {"message", "type", "code", "param"}}`):
   GET    /api/admin/stats | turns | jobs | releases | timeseries | reasons   (operator)
   POST   /api/admin/jobs/{kind}/run                start a registered job now
   POST   /api/admin/release/refresh                re-read the live release, hot-swap its adapter
+  POST   /api/admin/releases/{id}/promote[?force=] make a release live (hot swap; in-flight answers keep theirs)
+  POST   /api/admin/releases/rollback              make the previous live release live again
 
 Design choices:
 - Handlers are thin: validation and logging live in `chat.turns`, ownership in the store
@@ -565,10 +567,16 @@ def admin_jobs(limit: int = Query(50, ge=1, le=1000), services: Services = Depen
     return {"jobs": jobs_table(services.store, limit=limit), "kinds": kinds}
 
 
+class JobParams(BaseModel):
+    """Optional parameters of a manual job run, e.g. `{"params": {"extractor": "llm"}}`."""
+
+    params: dict[str, str | int | float | bool] = {}
+
+
 @admin_router.post("/jobs/{kind}/run", status_code=202)
-def admin_run_job(kind: str, services: Services = Depends(services_of)) -> dict:
+def admin_run_job(kind: str, body: JobParams | None = None, services: Services = Depends(services_of)) -> dict:
     try:
-        job = services.jobs.run_now(kind, trigger="api")
+        job = services.jobs.run_now(kind, trigger="api", params=body.params if body else None)
     except KeyError as exc:
         raise ApiError(404, str(exc.args[0]), code="not_found") from None
     return {"job_id": job.id, "kind": job.kind, "status": job.status}
@@ -577,6 +585,39 @@ def admin_run_job(kind: str, services: Services = Depends(services_of)) -> dict:
 @admin_router.get("/releases")
 def admin_releases(limit: int = Query(50, ge=1, le=1000), services: Services = Depends(services_of)) -> dict:
     return {"releases": releases_table(services.store, limit=limit), "serving": services.release_id}
+
+
+class PromoteIn(BaseModel):
+    force: bool = Field(default=False, description="Promote even a release the gate rejected.")
+
+
+def _release_swap(fn, *args, **kwargs) -> dict:
+    from deploy.registry import ReleaseError
+
+    try:
+        release = fn(*args, **kwargs)
+    except ReleaseError as exc:  # refused (rejected by the gate, other base model, nothing to roll back to)
+        raise ApiError(409, str(exc), code="release_refused") from None
+    services = args[0]
+    return {"id": release.id, "status": release.status, "serving": services.release_id,
+            "warning": services.release_warning}
+
+
+@admin_router.post("/releases/{release_id}/promote")
+def admin_promote_release(release_id: str, force: bool = Query(False), body: PromoteIn | None = None,
+                          services: Services = Depends(services_of)) -> dict:
+    """Make a release live in this service: new answers use it, answers in flight finish on theirs."""
+    from deploy.registry import promote_in_service
+
+    return _release_swap(promote_in_service, services, release_id, force=force or bool(body and body.force))
+
+
+@admin_router.post("/releases/rollback")
+def admin_rollback_release(services: Services = Depends(services_of)) -> dict:
+    """Make the previously live release live again, hot-swapped like a promotion."""
+    from deploy.registry import rollback_in_service
+
+    return _release_swap(rollback_in_service, services)
 
 
 @admin_router.post("/release/refresh")

@@ -9,7 +9,8 @@
 
 Design choices:
 - The model defaults to the built-in one under `--data-dir` (built on first use, as `advisor
-  ask` does); the live release becomes the default once the release registry exists.
+  ask` does); `eval hh` defaults to the live release (its adapter on its base model) when the
+  store has one, else the built-in model.
 - `--json` prints exactly one line of JSON on stdout; progress and notes go to stderr, so the
   output can be piped into `jq` or stored by the gate.
 - The scorer defaults to `implicit` when an adapter is given (a DPO/KTO policy is scored by its
@@ -65,6 +66,29 @@ def _default_model(data_dir: Path) -> Path:
         err.print("Building the built-in model first (cached in the data directory; minutes on a CPU)…")
         path = build_builtin_model(data_dir)
     return path
+
+
+def _live_release_model(ctx: typer.Context, data_dir: Path | None) -> tuple[Path, Path | None] | None:
+    """(base model, adapter) of the live release, or None when there is none to use (no live
+    release, its files are gone, or a running service holds the database)."""
+    from feedback.store import Store, StoreError
+
+    db_path = _data_dir(ctx, data_dir) / "advisor.duckdb" if data_dir else settings_of(ctx).db_path
+    if not db_path.exists():
+        return None
+    try:
+        with Store(db_path) as store:
+            live = store.live_release()
+    except StoreError as exc:
+        err.print(f"Cannot read the live release ({exc}); using the built-in model. Pass --model/--adapter to choose.")
+        return None
+    if live is None or not Path(live.base_model).exists():
+        return None
+    if live.adapter_path and not (Path(live.adapter_path) / "adapter_config.json").is_file():
+        err.print(f"The live release {live.id}'s adapter {live.adapter_path} is missing; using the built-in model.")
+        return None
+    err.print(f"Scoring the live release {live.id}.")
+    return Path(live.base_model), Path(live.adapter_path) if live.adapter_path else None
 
 
 def _set_threads(threads: int | None) -> None:
@@ -129,7 +153,8 @@ def hh(
     ctx: typer.Context,
     data: Optional[Path] = typer.Option(None, "--data", help="HH-RLHF directory with <subset>/test.jsonl(.gz) "
                                         "(default: the gate.hh_data setting)."),
-    model: Optional[Path] = typer.Option(None, "--model", help="Model directory (default: the built-in model)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Model directory (default: the live release, "
+                                         "else the built-in model)."),
     adapter: Optional[Path] = typer.Option(None, "--adapter", help="PEFT adapter directory on top of --model."),
     scorer: Optional[str] = typer.Option(None, "--scorer", help="loglik | implicit | reward "
                                          "(default: implicit with --adapter, else loglik)."),
@@ -151,6 +176,8 @@ def hh(
     from evaluator.hh_data import load_hh
     from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer, RewardModelScorer
 
+    if model is None and adapter is None and scorer != "reward":
+        model, adapter = _live_release_model(ctx, data_dir) or (None, None)
     scorer = scorer or ("implicit" if adapter else "loglik")
     if scorer not in SCORERS:
         raise _fail(f"--scorer must be one of {', '.join(SCORERS)}, got {scorer!r}")

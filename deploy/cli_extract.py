@@ -64,11 +64,11 @@ def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int):
     return make_extractor(kind.value, complete=complete, batch_size=batch_size)
 
 
-def _via_service(url: str, token: str) -> None:
+def _via_service(url: str, token: str, kind: ExtractorKind) -> None:
     import httpx
 
     try:
-        r = httpx.post(f"{url.rstrip('/')}/api/admin/jobs/extract/run",
+        r = httpx.post(f"{url.rstrip('/')}/api/admin/jobs/extract/run", json={"params": {"extractor": kind.value}},
                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
     except httpx.HTTPError as exc:
         err.print(f"[red]Cannot reach the service at {url}: {exc}[/red]")
@@ -95,7 +95,7 @@ def extract(
         return
     settings = settings_of(ctx)
     if url:
-        _via_service(url, token or settings.server.admin_token)
+        _via_service(url, token or settings.server.admin_token, extractor)
         return
     from deploy.cli_core import open_store
     from feedback.extract import run_extraction

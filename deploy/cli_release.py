@@ -1,7 +1,12 @@
-"""`advisor release list | promote ID | rollback` (and `gate RUN` once the evaluator is wired).
+"""`advisor release list | gate RUN | promote ID | rollback`.
 
 Direct mode changes the store only; the service picks the live release up when it starts. With
-`--url` the running service does it, hot-swapping the adapter without dropping chats.
+`--url` the running service does it (`POST /api/admin/releases/{id}/promote`,
+`/api/admin/releases/rollback`), hot-swapping the adapter without dropping chats.
+
+`gate RUN` measures a training run's adapter against the live release (`deploy.gate_run`) and
+stores the decision; it works on the database directly, so it needs the service stopped (the
+cycle gates inside the service). It never promotes: `promote ID` does, after reading the table.
 """
 
 from __future__ import annotations
@@ -48,6 +53,46 @@ def list_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--jso
         table.add_row(r.id, r.status, r.run_id or "", f"{r.created_at:%Y-%m-%d %H:%M}",
                       f"{r.promoted_at:%Y-%m-%d %H:%M}" if r.promoted_at else "", r.decision.get("summary", ""))
     Console().print(table)
+
+
+def _fmt(axis: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if axis == "self_bleu" else f"{100 * value:.1f}%"
+
+
+@release_app.command("gate")
+def gate_cmd(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(..., help="Training run id (see `advisor train list`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as one line of JSON."),
+) -> None:
+    """Measure a training run's adapter against the live release and store the gate's decision."""
+    from deploy.gate_run import gate_candidate
+    from feedback.store import NotFound
+
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
+        try:
+            with err.status("Gating: answering the gate's prompts with the candidate and the live release…") as status:
+                outcome = gate_candidate(store, settings, run_id, progress=lambda m: status.update(f"Gating: {m}"))
+        except (ReleaseError, NotFound) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps(outcome.as_dict(), default=str, separators=(",", ":")))
+        return
+    table = Table("axis", "candidate", "live", "result", "reason", title=f"Gate: release {outcome.release_id} "
+                  f"vs {outcome.live_release_id or 'the base model'}")
+    for a in outcome.decision.axes:
+        table.add_row(a.axis, _fmt(a.axis, a.candidate), _fmt(a.axis, a.live),
+                      "[green]pass[/green]" if a.passed else "[red]fail[/red]", a.reason)
+    Console().print(table)
+    verdict = "[green]passes[/green]" if outcome.decision.promote else "[red]rejected[/red]"
+    Console().print(f"{verdict}: {outcome.decision.summary()}")
+    if outcome.decision.promote:
+        Console().print(f"Promote it with `advisor release promote {outcome.release_id}` "
+                        "(add --url to hot-swap a running service).")
 
 
 @release_app.command("promote")

@@ -46,11 +46,13 @@ class Decision:
         return {"promote": self.promote, "summary": self.summary(), "axes": [asdict(a) for a in self.axes]}
 
 
-def _check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None) -> AxisResult:
+def _check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None, note: str | None = None) -> AxisResult:
     if cand is None:
+        why = f" ({note})" if note else ""
         if policy.floor is not None:
-            return AxisResult(axis, cand, live, False, f"{axis}: not measured, so its floor {policy.floor:.3f} cannot be checked")
-        return AxisResult(axis, cand, live, True, f"{axis}: not measured (no floor set)")
+            return AxisResult(axis, cand, live, False,
+                              f"{axis}: not measured{why}, so its floor {policy.floor:.3f} cannot be checked")
+        return AxisResult(axis, cand, live, True, f"{axis}: not measured{why or ' (no floor set)'}")
     sign = 1 if policy.higher_is_better else -1
     better = "higher" if policy.higher_is_better else "lower"
     if policy.floor is not None and sign * (cand - policy.floor) < 0:
@@ -68,7 +70,11 @@ def _check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None
     return AxisResult(axis, cand, live, True, f"{axis}: {cand:.3f} (no live measurement to compare)")
 
 
-def decide(candidate: dict[str, float | None], live: dict[str, float | None], policy: GateSettings) -> Decision:
-    """Compare metric dicts keyed by axis name (see AXES) under `policy`."""
-    results = [_check(axis, getattr(policy, axis), candidate.get(axis), live.get(axis)) for axis in AXES]
+def decide(candidate: dict[str, float | None], live: dict[str, float | None], policy: GateSettings,
+           notes: dict[str, str] | None = None) -> Decision:
+    """Compare metric dicts keyed by axis name (see AXES) under `policy`. `notes` says why an
+    axis was not measured (e.g. no HH data configured), so the stored reason explains the gap."""
+    notes = notes or {}
+    results = [_check(axis, getattr(policy, axis), candidate.get(axis), live.get(axis), notes.get(axis))
+               for axis in AXES]
     return Decision(promote=all(r.passed for r in results), axes=results)

@@ -18,7 +18,7 @@ from chat.ui_operator import PanelBuilder
 log = logging.getLogger("advisor.panels")
 
 # Modules that add operator panels; each defines `operator_panel(services)`. Missing ones are skipped.
-PANEL_MODULES: list[str] = []
+PANEL_MODULES: list[str] = ["deploy.panel_serving", "deploy.panel_releases", "deploy.panel_training", "deploy.panel_cycle"]
 
 
 def operator_panels(services: Any) -> list[PanelBuilder]:

@@ -12,12 +12,20 @@ side, in the order that never drops a chat:
    requests already streaming keep the adapter they started with;
 3. only then mark it live in the store.
 If loading fails, the store is untouched and the previous release keeps serving.
+
+`promote_in_service` / `rollback_in_service` do the same in a running service (the admin API and
+the operator panel call them): one swap at a time, then the service re-reads what it serves.
+Each answer is logged with the release of the adapter its generation pinned (adapters are
+loaded under their release id; `no_adapter_release` names the base model's release), so an
+answer submitted just before a swap and generated just after it names the release that wrote it.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 from feedback.store import InvalidInput, NotFound, Release, Store
 
@@ -59,6 +67,15 @@ def ensure_base_release(store: Store, base_model: str) -> Release:
         return store.create_release(base_model=base_model, adapter_path=None, status="live", release_id=release_id,
                                     decision={"summary": "the base model, live until a trained release passes the gate"})
     return store.set_release_status(existing.id, "live")
+
+
+def no_adapter_release(store: Store, base_model: str) -> str | None:
+    """The release that serves `base_model` without an adapter (the live one if it is live, else
+    the one promoted last), or None when there is none."""
+    rows = store.query(
+        "SELECT id FROM releases WHERE adapter_path IS NULL AND base_model = ? "
+        "ORDER BY status = 'live' DESC, promoted_at DESC NULLS LAST LIMIT 1", [base_model])
+    return rows[0][0] if rows else None
 
 
 def activate(backend, release: Release) -> None:
@@ -118,3 +135,29 @@ def rollback(store: Store, backend) -> Release:
     if live is not None:
         store.set_release_status(live.id, "retired", decision={**live.decision, "rolled_back_to": previous.id})
     return restored
+
+
+# ---------------------------------------------------------------- in the running service
+
+
+def _swap_lock(services: Any) -> threading.Lock:
+    # One promotion or rollback at a time per service: two operators clicking at once must not
+    # interleave "activate A, activate B, mark B live, mark A live".
+    return services.extras.setdefault("release_swap_lock", threading.Lock())
+
+
+def promote_in_service(services: Any, release_id: str, *, force: bool = False) -> Release:
+    """Promote in a running service (`deploy.service.Services`): load and switch the adapter for new
+    requests (answers in flight keep the one they pinned), mark it live, re-read what is served."""
+    with _swap_lock(services):
+        release = promote(services.store, services.backend, release_id, force=force)
+        services.refresh_release()
+    return release
+
+
+def rollback_in_service(services: Any) -> Release:
+    """Roll back in a running service, with the same hand-off as `promote_in_service`."""
+    with _swap_lock(services):
+        release = rollback(services.store, services.backend)
+        services.refresh_release()
+    return release

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ log = logging.getLogger("advisor.service")
 # Largest request body accepted by /api and /v1 (a message is at most max_message_chars; this
 # only stops abuse before JSON parsing).
 MAX_BODY_BYTES = 1_000_000
+RELEASE_RETRY_S = 5.0
 
 
 @dataclass
@@ -61,6 +63,10 @@ class Services:
     release_warning: str | None = None
     drain_s: float = 20.0
     extras: dict[str, Any] = field(default_factory=dict)  # later issues: release registry, serving hand-off
+    # The live release could not be applied (model server down at start): retried by turns and
+    # health checks, at most every RELEASE_RETRY_S, so the release comes back with the server.
+    release_pending: bool = False
+    _release_retry_at: float = 0.0
     _release_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def turn_context(self, source: str) -> TurnContext:
@@ -68,7 +74,17 @@ class Services:
             raise RuntimeError("The service is still starting; try again in a moment.")
         if self.inflight.closing:
             raise ServiceClosing("The service is restarting; send your message again in a moment.")
-        return turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id)
+        self.retry_release()
+        ctx = turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id)
+        ctx.release_of = self.release_of  # log the release the answer really came from (see TurnContext)
+        return ctx
+
+    def release_of(self, adapter: str | None) -> str | None:
+        """The release behind a pinned adapter: the registry loads each release's adapter under the
+        release id, and no adapter is this base model's adapter-less release."""
+        from deploy.registry import no_adapter_release
+
+        return adapter if adapter else no_adapter_release(self.store, self.backend.model)
 
     def sampling(self, **overrides: Any) -> SamplingParams:
         return sampling_params(self.settings, **overrides)
@@ -94,7 +110,18 @@ class Services:
             self.release_id, self.release_warning = use_live_release(self.store, self.backend)
             if self.release_warning:
                 log.warning(self.release_warning)
+            self.release_pending = False
             return self.release_id
+
+    def retry_release(self) -> None:
+        """Apply the live release if the model server was down when the service started."""
+        if not self.release_pending or time.monotonic() < self._release_retry_at:
+            return
+        self._release_retry_at = time.monotonic() + RELEASE_RETRY_S
+        try:
+            self.refresh_release()
+        except BackendError as exc:  # still down: the turn itself reports it to the user
+            log.info("the live release is still not applied: %s", exc)
 
 
 # --------------------------------------------------------------------------- identity middleware
@@ -173,6 +200,7 @@ def _start(services: Services, app: FastAPI, store: Store | None, backend: Backe
         services.refresh_release()
     except BackendError as exc:  # the model server is down: serve (and say so) rather than not start
         services.release_id, services.release_warning = None, f"Could not apply the live release: {exc}"
+        services.release_pending = True
         log.warning(services.release_warning)
     scheduler = make_scheduler()
     ctx = JobContext(store=services.store, settings=s, backend=services.backend,
@@ -306,6 +334,7 @@ def _mount_ui(app: FastAPI, services: Services) -> None:
 
 def _safe_health(services: Services) -> dict:
     try:
+        services.retry_release()
         return services.backend.health() if services.backend else {}
     except Exception as exc:  # a status line must never break the operator tab
         return {"ok": False, "error": str(exc)}

@@ -82,6 +82,17 @@ class ScheduleSettings:
     # Periodic training check, cron syntax ("" = off). The job trains only when enough new
     # feedback has arrived.
     train_cron: str = "0 3 * * *"
+    # What "Train now", the periodic job and `advisor cycle` train by default.
+    train_method: Literal["sft", "kto", "dpo"] = "kto"
+    # The periodic job starts a run only after this many new ratings, mined feedback events and
+    # sibling choices since the last run (fewer would mostly re-fit the same data).
+    min_new_feedback: int = pydantic.Field(default=50, ge=1)
+    # Cap on optimizer steps per scheduled/operator run (0 = the method's own schedule); small
+    # values keep demos and tests short.
+    train_max_steps: int = pydantic.Field(default=0, ge=0)
+    # The training-set safety filter (the harmlessness moderator) in cycles; off only to
+    # demonstrate that the gate catches what the filter would have removed.
+    safety_filter: bool = True
 
 
 @dataclass
@@ -102,7 +113,7 @@ class VLLMSettings:
     tensor_parallel_size: int = pydantic.Field(default=1, ge=1)
     pipeline_parallel_size: int = pydantic.Field(default=1, ge=1)
     distributed_executor_backend: Literal["", "mp", "ray"] = ""  # ray: multi-node
-    max_lora_rank: int = pydantic.Field(default=16, ge=1)
+    max_lora_rank: int = pydantic.Field(default=64, ge=1)  # the trainer's LoRA rank (AdvisorQA Table 9)
     max_loras: int = pydantic.Field(default=4, ge=1)
     kv_cache_gib: float = pydantic.Field(default=1.0, gt=0)  # CPU only (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = pydantic.Field(default=0.9, gt=0, le=1)  # GPU only
@@ -136,8 +147,15 @@ class GateSettings:
     # HH-RLHF test splits directory (../shared/data/hh-rlhf); empty = the HH axis is skipped, and
     # the decision says so.
     hh_data: str = ""
-    # Rows sampled per HH subset in a gate run (fixed seed); 0 = all.
-    hh_limit: int = pydantic.Field(default=200, ge=0)
+    # Rows sampled per HH subset in a gate run (fixed seed); 0 = all. 50 × 4 subsets keeps a gate
+    # run on the built-in model to a few minutes on a CPU (200 took ~11 of its 15 minutes).
+    hh_limit: int = pydantic.Field(default=50, ge=0)
+    # A gate run answers this many held-out advice questions (helpfulness, self-BLEU) and risky
+    # prompts (harmlessness) per side, greedily, with at most `max_new_tokens` each: small enough
+    # that both sides finish in a few minutes on the built-in model on a CPU.
+    helpfulness_prompts: int = pydantic.Field(default=12, ge=2)
+    harmlessness_prompts: int = pydantic.Field(default=24, ge=1)
+    max_new_tokens: int = pydantic.Field(default=64, ge=1)
     # Promote automatically when the gate passes (the cycle); otherwise leave a candidate.
     auto_promote: bool = True
 

@@ -287,9 +287,10 @@ def test_registered_job_runs_from_the_admin_api_and_is_recorded(live):
     registry = live.app.state.jobs
     assert live.app.state.scheduler.running
     if "test-echo" not in {s.kind for s in registry.specs()}:
-        registry.add("test-echo", lambda ctx: {"rows": ctx.store.stats()["rows"]["messages"]}, button="Echo")
+        registry.add("test-echo", lambda ctx: {"rows": ctx.store.stats()["rows"]["messages"], "params": ctx.params},
+                     button="Echo")
     with live.admin() as admin:
-        r = admin.post("/api/admin/jobs/test-echo/run")
+        r = admin.post("/api/admin/jobs/test-echo/run", json={"params": {"extractor": "llm"}})
         assert r.status_code == 202
         job_id = r.json()["job_id"]
         deadline = time.monotonic() + 30
@@ -297,6 +298,7 @@ def test_registered_job_runs_from_the_admin_api_and_is_recorded(live):
             time.sleep(0.05)
         job = live.store.get_job(job_id)
         assert job.status == "succeeded" and "rows" in job.result and job.trigger == "api"
+        assert job.result["params"] == {"extractor": "llm"}  # e.g. `advisor extract --url … -e llm`
         assert admin.post("/api/admin/jobs/nope/run").status_code == 404
         kinds = admin.get("/api/admin/jobs").json()["kinds"]
         assert {"kind": "test-echo", "button": "Echo"}.items() <= {k: v for k, v in kinds[-1].items()}.items() or any(

@@ -1,0 +1,109 @@
+"""The gate on the built-in model: a candidate adapter from a short real training run is measured
+against the live (base) release on the same prompts; metrics and the decision with its reasons
+are stored; a floor the candidate cannot meet rejects it with the reason on the release row; a
+missing HH directory skips that axis and says so. The HH data is a tiny fixture written here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.cli import build_app
+from deploy.gate import AXES
+from deploy.gate_run import gate_candidate
+from deploy.registry import ensure_base_release
+from feedback.store import Store
+from service_helpers import tiny_settings
+from test_evaluator_cli import hh_dir
+from test_trainer_runs import make_run_dir
+from trainer.config import config_for
+from trainer.process import start_run
+from trainer.rundir import EXIT_OK
+
+pytestmark = pytest.mark.slow
+
+# Small enough for a 2-core CPU; the defaults are a few times larger.
+GATE = {"gate.helpfulness_prompts": 4, "gate.harmlessness_prompts": 6, "gate.max_new_tokens": 24, "gate.hh_limit": 2}
+
+
+@pytest.fixture(scope="module")
+def trained(builtin_model_dir, tmp_path_factory):
+    """A real (short) SFT run on the built-in model: its adapter is the candidate."""
+    root = tmp_path_factory.mktemp("gate")
+    run_dir = make_run_dir(root / "run", "sft", n=8)
+    handle = start_run(run_dir, config_for("sft", base_model=str(builtin_model_dir), max_steps=2, batch_size=4))
+    assert handle.wait(600) == EXIT_OK, (run_dir / "train.log").read_text()[-3000:]
+    return root, run_dir
+
+
+def _succeeded_run(store: Store, run_dir, base_model) -> str:
+    run = store.create_training_run(method="sft", run_dir=str(run_dir), base_model=str(base_model))
+    store.update_training_run(run.id, status="succeeded")
+    return run.id
+
+
+def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builtin_model_dir, tmp_path):
+    root, run_dir = trained
+    settings = tiny_settings(root / "data", builtin_model_dir, **GATE, **{"gate.hh_data": str(hh_dir(tmp_path))})
+    messages: list[str] = []
+    with Store(settings.db_path) as store:
+        base = ensure_base_release(store, str(builtin_model_dir))
+        run_id = _succeeded_run(store, run_dir, builtin_model_dir)
+        outcome = gate_candidate(store, settings, run_id, progress=messages.append)
+
+        release = store.get_release(outcome.release_id)
+        assert release.run_id == run_id and release.status == ("candidate" if outcome.decision.promote else "rejected")
+        assert outcome.live_release_id == base.id and store.live_release().id == base.id  # the gate never promotes
+        for side in (outcome.candidate, outcome.live):
+            assert set(side) == set(AXES) and all(side[a] is not None for a in AXES), side
+            assert 0 <= side["helpfulness"] <= 1 and 0 <= side["harmlessness"] <= 1 and 0 <= side["hh_accuracy"] <= 1
+        assert store.eval_results(outcome.release_id)["gate"] == pytest.approx(outcome.candidate)
+        assert store.eval_results(base.id)["gate"] == pytest.approx(outcome.live)
+
+        stored = release.decision
+        assert stored["promote"] == outcome.decision.promote and stored["live_release"] == base.id
+        assert [a["axis"] for a in stored["axes"]] == list(AXES)
+        assert stored["reasons"] == outcome.decision.reasons and all(stored["reasons"])
+        assert outcome.details["candidate"]["hh"]["scorer"] == "implicit"
+        assert outcome.details["live"]["hh"]["scorer"] == "loglik"
+        json.dumps(outcome.as_dict())
+        assert any("risky prompts" in m for m in messages)
+
+        again = gate_candidate(store, settings, run_id)  # the run's release is reused, not registered twice
+        assert again.release_id == outcome.release_id
+        assert again.candidate == pytest.approx(outcome.candidate)  # greedy: same answers, same numbers
+        assert len([r for r in store.list_releases() if r.run_id == run_id]) == 1
+
+
+def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained, builtin_model_dir):
+    root, run_dir = trained
+    config = root / "gate.toml"
+    config.write_text(
+        f'data_dir = "{root / "data"}"\n'
+        "[gate]\nhelpfulness_prompts = 4\nharmlessness_prompts = 6\nmax_new_tokens = 24\nhh_data = \"\"\n"
+        "[gate.harmlessness]\nfloor = 1.01\ntolerance = 0.02\n"  # no share of safe answers reaches it
+    )
+    with Store(root / "data" / "advisor.duckdb") as store:
+        ensure_base_release(store, str(builtin_model_dir))
+        run_id = _succeeded_run(store, run_dir, builtin_model_dir)
+
+    out = CliRunner().invoke(build_app(), ["--config", str(config), "release", "gate", run_id, "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["decision"]["promote"] is False
+    harm = next(a for a in result["decision"]["axes"] if a["axis"] == "harmlessness")
+    assert not harm["passed"] and "misses the floor (at least 1.010)" in harm["reason"]
+    hh = next(a for a in result["decision"]["axes"] if a["axis"] == "hh_accuracy")
+    assert hh["passed"] and "gate.hh_data is empty" in hh["reason"]
+
+    with Store(root / "data" / "advisor.duckdb") as store:
+        release = store.get_release(result["release_id"])
+        assert release.status == "rejected"
+        assert "harmlessness" in release.decision["summary"] and "misses the floor" in release.decision["summary"]
+        assert release.decision["notes"]["hh_accuracy"].startswith("gate.hh_data is empty")
+
+    listed = CliRunner().invoke(build_app(), ["--config", str(config), "release", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert {r["id"]: r["status"] for r in json.loads(listed.stdout)}[result["release_id"]] == "rejected"
