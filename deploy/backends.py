@@ -35,7 +35,8 @@ def make_backend(settings: Settings, *, progress: Progress | None = None) -> Bac
     adapter = b.adapter or None
     if b.kind == "openai":
         return OpenAICompatibleBackend(
-            b.base_url, model=b.model, api_key=b.api_key, timeout_s=b.timeout_s, max_retries=b.max_retries
+            b.base_url, model=b.model, api_key=b.api_key, timeout_s=b.timeout_s, max_retries=b.max_retries,
+            base_model_path=settings.vllm.model,
         )
     from chat.backends.transformers_backend import TransformersBackend
 

@@ -22,14 +22,19 @@ answer submitted just before a swap and generated just after it names the releas
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
+from chat.backends import BackendError
 from feedback.store import InvalidInput, NotFound, Release, Store
 
 BASE_RELEASE_PREFIX = "base-"
+
+
+log = logging.getLogger("advisor.registry")
 
 
 class ReleaseError(InvalidInput):
@@ -105,13 +110,15 @@ def promote(store: Store, backend, release_id: str, *, force: bool = False) -> R
     if release.status == "rejected" and not force:
         reason = release.decision.get("summary", "see its decision")
         raise ReleaseError(f"Release {release_id} was rejected by the gate ({reason}); pass --force to promote anyway.")
-    if backend is not None and release.base_model != backend.model:
+    if backend is not None and release.base_model not in {backend.model, getattr(backend, "base_model_path", None)}:
         raise ReleaseError(
             f"Release {release_id} was trained on {release.base_model!r}, but the service runs {backend.model!r}."
         )
     if backend is not None:
         activate(backend, release)  # raises before the store changes if the adapter cannot load
-    return store.set_release_status(release_id, "live")
+    promoted = store.set_release_status(release_id, "live")
+    retire_adapters(store, backend)
+    return promoted
 
 
 def previous_release(store: Store) -> Release | None:
@@ -134,7 +141,30 @@ def rollback(store: Store, backend) -> Release:
     restored = store.set_release_status(previous.id, "live")
     if live is not None:
         store.set_release_status(live.id, "retired", decision={**live.decision, "rolled_back_to": previous.id})
+    retire_adapters(store, backend)
     return restored
+
+
+def retire_adapters(store: Store, backend) -> list[str]:
+    """Unload adapters of releases that are neither live nor the rollback target, so the server's
+    adapter slots (vLLM `--max-loras`) and memory do not fill up over many cycles. Keeping the
+    previous release loaded makes a rollback instant, and an answer still streaming on it (it
+    started before the last swap) keeps its adapter. Returns the names unloaded; a failure to
+    unload is logged, never raised: the swap itself already succeeded."""
+    if backend is None or not hasattr(backend, "unload_adapter"):
+        return []
+    live, previous = store.live_release(), previous_release(store)
+    keep = {r.id for r in (live, previous) if r is not None}
+    unloaded = []
+    for name in list(backend.adapters):
+        if name in keep or name == backend.active_adapter:
+            continue
+        try:
+            backend.unload_adapter(name)
+            unloaded.append(name)
+        except BackendError as exc:
+            log.warning("could not unload the retired adapter %s: %s", name, exc)
+    return unloaded
 
 
 # ---------------------------------------------------------------- in the running service

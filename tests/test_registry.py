@@ -67,3 +67,40 @@ def test_rollback_without_history_is_a_clear_error(store, backend):
     ensure_base_release(store, backend.model)
     with pytest.raises(ReleaseError, match="no earlier live release"):
         rollback(store, backend)
+
+
+def test_adapters_older_than_the_rollback_target_are_unloaded(store, backend, tiny_model_dir, tmp_path):
+    ensure_base_release(store, backend.model)
+    releases = []
+    for seed in (1, 2, 3):
+        adapter = make_random_lora(tiny_model_dir, tmp_path / f"run{seed}" / "adapter", seed=seed)
+        releases.append(register_candidate(store, run_id=f"run{seed}", adapter_path=adapter,
+                                           base_model=backend.model, data_dir=tmp_path / "data"))
+    a, b, c = (r.id for r in releases)
+    promote(store, backend, a)
+    promote(store, backend, b)
+    assert {a, b} <= set(backend.adapters)  # live and the rollback target stay loaded
+    promote(store, backend, c)
+    assert a not in backend.adapters and {b, c} <= set(backend.adapters)
+    assert rollback(store, backend).id == b and backend.active_adapter == b
+    assert _answer(backend)  # the kept adapter still answers
+
+
+class _ServedUnderAnotherName:
+    """A model server that serves the weights at `base_model_path` under the name "advisor"."""
+
+    kind, model, base_model_path, active_adapter = "openai", "advisor", "/models/builtin", None
+    adapters: dict = {}
+
+    def set_adapter(self, name, path=None):
+        self.active_adapter = name
+
+
+def test_release_trained_on_the_served_weights_path_can_be_promoted(store, tmp_path, tiny_model_dir):
+    server = _ServedUnderAnotherName()
+    adapter = make_random_lora(tiny_model_dir, tmp_path / "run" / "adapter")
+    ok = register_candidate(store, run_id="r1", adapter_path=adapter, base_model="/models/builtin", data_dir=tmp_path)
+    other = register_candidate(store, run_id="r2", adapter_path=adapter, base_model="/models/other", data_dir=tmp_path)
+    assert promote(store, server, ok.id).status == "live" and server.active_adapter == ok.id
+    with pytest.raises(ReleaseError, match="trained on '/models/other'"):
+        promote(store, server, other.id)

@@ -181,6 +181,11 @@ class Backend(Protocol):
 
     def set_adapter(self, name: str | None, path: str | None = None) -> None: ...
 
+    @property
+    def adapters(self) -> dict[str, str]: ...  # loaded adapter names → paths
+
+    def unload_adapter(self, name: str) -> None: ...  # free a retired adapter (not the active one)
+
     def health(self) -> dict: ...
 
     def close(self) -> None: ...

@@ -53,8 +53,12 @@ class OpenAICompatibleBackend:
         max_retries: int = 2,
         max_concurrency: int = 8,
         adapter: str | None = None,
+        base_model_path: str = "",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # Where the served model's weights live (vLLM's --model), when it is served under another
+        # name: adapters trained on that path belong to this server.
+        self.base_model_path = base_model_path
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self._client = openai.OpenAI(
@@ -90,6 +94,11 @@ class OpenAICompatibleBackend:
     @property
     def active_adapter(self) -> str | None:
         return self._active
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """Adapters this backend loaded into the server (names → paths)."""
+        return dict(self._paths)
 
     def _list_models(self) -> list:
         try:

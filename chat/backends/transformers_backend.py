@@ -164,6 +164,14 @@ class TransformersBackend:
         with self._state_lock:
             return {name: path for name, (path, _) in self._adapters.items()}
 
+    def unload_adapter(self, name: str) -> None:
+        """Forget a retired adapter; its weights go once no request pins them. Not the active one."""
+        with self._state_lock:
+            if name == self._active:
+                raise BackendError(f"Adapter {name!r} is serving new requests; switch to another one first.")
+            self._adapters.pop(name, None)
+        self._collect_garbage()
+
     def set_adapter(self, name: str | None, path: str | None = None) -> None:
         """Make `name` the adapter later requests use (None: the base model). With `path`, load
         it first (again, if `name` was loaded from another path). Requests already submitted keep
