@@ -124,6 +124,17 @@ def test_sigterm_cancels_and_keeps_no_adapter(tmp_path, tiny_model_dir):
     assert len(_losses(run_dir)) < 200
 
 
+def test_sigterm_while_preparing_is_a_cancel_not_a_failure(tmp_path, tiny_model_dir):
+    run_dir = make_run_dir(tmp_path / "run", "kto", n=16)
+    handle = start_run(run_dir, config_for("kto", base_model=str(tiny_model_dir), max_steps=200, batch_size=4))
+    # "running" with our pid is written just after the SIGTERM handler is installed, long before
+    # the first step (imports and data loading take seconds on any machine).
+    wait_until(lambda: read_metadata(run_dir).get("pid") == handle.pid, what="the run to start", every=0.02)
+    os.kill(handle.pid, signal.SIGTERM)
+    assert handle.wait(60) == EXIT_CANCELLED, (run_dir / "train.log").read_text()[-3000:]
+    assert run_state(run_dir).status == "cancelled" and not _losses(run_dir)
+
+
 def _populate(store, n=8):
     for i in range(n):
         conv = store.create_conversation("alice")

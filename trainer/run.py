@@ -50,8 +50,10 @@ from trainer.rundir import (
 log = logging.getLogger("advisor.trainer")
 
 
-class Cancelled(Exception):
-    pass
+class Cancelled(BaseException):
+    """SIGTERM before training. A BaseException, like KeyboardInterrupt: raised from the signal
+    handler at any line, it must not be swallowed by the `except Exception` of whatever runs then
+    (reading the data, for one, which would report the file as unreadable)."""
 
 
 class _Stop:
