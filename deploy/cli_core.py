@@ -20,6 +20,24 @@ from feedback.store import Store, StoreError
 err = Console(stderr=True)
 
 
+def call_service(url: str, token: str | None, path: str, body: dict | None = None, timeout: float = 120) -> dict:
+    """POST to a running service's admin API (the `--url` of commands whose work the service
+    must do because it holds the database); a refusal or an unreachable service exits with the
+    reason."""
+    import httpx
+
+    try:
+        r = httpx.post(f"{url.rstrip('/')}{path}", json=body, headers={"Authorization": f"Bearer {token or ''}"},
+                       timeout=timeout)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]Cannot reach the service at {url}: {exc}[/red]")
+        raise typer.Exit(1) from None
+    if r.status_code >= 400:
+        err.print(f"[red]The service refused ({r.status_code}): {r.text[:500]}[/red]")
+        raise typer.Exit(1)
+    return r.json()
+
+
 def open_store(settings: Settings) -> Store:
     """Open the configured database or exit with the store's own explanation (e.g. who holds the lock)."""
     try:

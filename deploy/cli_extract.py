@@ -64,23 +64,6 @@ def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int):
     return make_extractor(kind.value, complete=complete, batch_size=batch_size)
 
 
-def _via_service(url: str, token: str, kind: ExtractorKind) -> None:
-    import httpx
-
-    try:
-        r = httpx.post(f"{url.rstrip('/')}/api/admin/jobs/extract/run", json={"params": {"extractor": kind.value}},
-                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    except httpx.HTTPError as exc:
-        err.print(f"[red]Cannot reach the service at {url}: {exc}[/red]")
-        raise typer.Exit(1) from None
-    if r.status_code >= 400:
-        err.print(f"[red]The service refused ({r.status_code}): {r.text[:500]}[/red]")
-        raise typer.Exit(1)
-    body = r.json()
-    err.print(f"started extraction job {body.get('job_id')} in the service; follow it in the operator tab "
-              "or GET /api/admin/jobs")
-
-
 def extract(
     ctx: typer.Context,
     extractor: ExtractorKind = typer.Option(ExtractorKind.fast, "--extractor", "-e", help="fast (no LLM), llm, or both."),
@@ -95,7 +78,12 @@ def extract(
         return
     settings = settings_of(ctx)
     if url:
-        _via_service(url, token or settings.server.admin_token, extractor)
+        from deploy.cli_core import call_service
+
+        body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/extract/run",
+                            {"params": {"extractor": extractor.value}}, timeout=30)
+        err.print(f"started extraction job {body.get('job_id')} in the service; follow it in the operator tab "
+                  "or GET /api/admin/jobs")
         return
     from deploy.cli_core import open_store
     from feedback.extract import run_extraction

@@ -19,25 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from deploy.cli import settings_of
-from deploy.cli_core import open_store
+from deploy.cli_core import call_service, open_store
 from deploy.registry import ReleaseError, promote, rollback
 
 err = Console(stderr=True)
 release_app = typer.Typer(help="Releases: list, gate, promote, roll back.", no_args_is_help=True)
-
-
-def _service(url: str, token: str | None, path: str) -> dict:
-    import httpx
-
-    try:
-        r = httpx.post(f"{url.rstrip('/')}{path}", headers={"Authorization": f"Bearer {token or ''}"}, timeout=120)
-    except httpx.HTTPError as exc:
-        err.print(f"[red]Cannot reach the service at {url}: {exc}[/red]")
-        raise typer.Exit(1) from None
-    if r.status_code >= 400:
-        err.print(f"[red]The service refused ({r.status_code}): {r.text[:500]}[/red]")
-        raise typer.Exit(1)
-    return r.json()
 
 
 @release_app.command("list")
@@ -106,7 +92,7 @@ def promote_cmd(
     """Make a release live."""
     settings = settings_of(ctx)
     if url:
-        body = _service(url, token or settings.server.admin_token,
+        body = call_service(url, token or settings.server.admin_token,
                         f"/api/admin/releases/{release_id}/promote" + ("?force=true" if force else ""))
         err.print(f"live: {body.get('id', release_id)}")
         return
@@ -128,7 +114,7 @@ def rollback_cmd(
     """Make the previously live release live again."""
     settings = settings_of(ctx)
     if url:
-        body = _service(url, token or settings.server.admin_token, "/api/admin/releases/rollback")
+        body = call_service(url, token or settings.server.admin_token, "/api/admin/releases/rollback")
         err.print(f"live: {body.get('id')}")
         return
     with open_store(settings) as store:
