@@ -27,7 +27,9 @@ COMMAND_MODULES = [
     "deploy.cli_train",
     "deploy.cli_eval",
     "deploy.cli_release",
+    "deploy.cli_cycle",
     "deploy.cli_vllm",
+    "deploy.cli_simulate",
 ]
 
 

@@ -5,6 +5,9 @@ holds it (otherwise the store's error says to use the service). `advisor train` 
 snapshots it into `<data_dir>/runs/<run_id>/`, records the run and starts the training
 subprocess; `--wait` closes the database while it draws a live progress bar from the run's
 progress.jsonl, then reopens it to record the outcome. Ctrl-C stops the watching, not the run.
+Both `dataset build` and `train` filter the set with the harmlessness moderator
+(`deploy.safety.make_safety_filter`); `--no-safety-filter` switches it off, and the dataset card
+says which filter ran and how many examples it removed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from rich.table import Table
 from deploy.cli import settings_of
 from deploy.cli_core import open_store
 from deploy.settings import Settings
-from feedback.datasets import AcceptEverythingFilter, DatasetError, build_dataset
+from deploy.safety import make_safety_filter
+from feedback.datasets import DatasetError, build_dataset
 from feedback.store import NotFound, Store, StoreError
 from trainer.config import ConfigError
 from trainer.launch import TrainingBusy, cancel_training, launch_training, poll_training, resume_training
@@ -31,6 +35,10 @@ from trainer.process import RunError
 from trainer.rundir import read_progress, run_state
 
 err = Console(stderr=True)
+
+
+SAFETY_HELP = ("Switch off the training-set safety filter (the harmlessness moderator); the dataset card then "
+               "names the accept-everything filter.")
 
 
 class Kind(str, Enum):
@@ -81,11 +89,13 @@ def dataset_build(
     out: Path = typer.Option(..., "--out", "-o", help="Directory for train/eval Parquet and the dataset card."),
     eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of conversations held out."),
     as_json: bool = typer.Option(False, "--json", help="Print the dataset card as JSON."),
+    no_safety_filter: bool = typer.Option(False, "--no-safety-filter", help=SAFETY_HELP),
 ) -> None:
     """Build a training set from the feedback store."""
-    with open_store(settings_of(ctx)) as store:
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
         try:
-            card = build_dataset(store, kind.value, out, safety_filter=AcceptEverythingFilter(),
+            card = build_dataset(store, kind.value, out, safety_filter=make_safety_filter(settings, not no_safety_filter),
                                  eval_fraction=eval_fraction)
         except DatasetError as exc:
             err.print(f"[red]{exc}[/red]")
@@ -140,6 +150,7 @@ def train(
     eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of conversations held out."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Restart a crashed run from its last checkpoint."),
     cancel: Optional[str] = typer.Option(None, "--cancel", help="Cancel a running run."),
+    no_safety_filter: bool = typer.Option(False, "--no-safety-filter", help=SAFETY_HELP),
 ) -> None:
     """Train an adapter on the feedback so far (SFT, KTO or DPO), one run at a time."""
     settings = settings_of(ctx)
@@ -161,7 +172,8 @@ def train(
                 adapter, parent = start_point(store, model, from_base)
                 run = launch_training(store, method=method.value, runs_dir=runs_dir(settings), base_model=model,
                                       start_adapter=adapter, parent_release_id=parent, trigger="cli",
-                                      overrides=overrides, safety_filter=AcceptEverythingFilter(),
+                                      overrides=overrides,
+                                      safety_filter=make_safety_filter(settings, not no_safety_filter),
                                       eval_fraction=eval_fraction)
         except (TrainingBusy, RunError, ConfigError, DatasetError, NotFound) as exc:
             err.print(f"[red]{exc}[/red]")

@@ -34,6 +34,7 @@ log = logging.getLogger("advisor.jobs")
 # Modules that register jobs; each defines `register_jobs(registry, ctx)`. Missing ones are skipped.
 JOB_MODULES = [
     "deploy.jobs_extract",
+    "deploy.jobs_train",
     "deploy.jobs_cycle",
 ]
 

@@ -79,10 +79,12 @@ class SafetyFilter(Protocol):
 
 
 class AcceptEverythingFilter:
-    """Placeholder until the harmlessness moderator (evaluation issue) exists: flags nothing.
-    Named for what it does so no dataset card can pass it off as moderation."""
+    """Flags nothing: the filter of a build whose safety filter is switched off
+    (`--no-safety-filter`) or not given. The moderator-backed filter is made in `deploy.safety`
+    (`feedback` may not import the evaluator). Named for what it does so no dataset card can
+    pass it off as moderation."""
 
-    name = "accept-everything (no moderator configured)"
+    name = "accept-everything (safety filter off: nothing moderated)"
 
     def flags(self, texts: Sequence[str]) -> list[bool]:
         return [False] * len(texts)
@@ -518,7 +520,8 @@ def build_dataset(
     """Build one training set from `store` (a `feedback.store.Store`) into `out_dir`.
 
     Writes train/eval Parquet and the dataset card (JSON + Markdown); returns the card.
-    `safety_filter` defaults to `AcceptEverythingFilter` (no moderator yet) — the card says so.
+    `safety_filter` defaults to `AcceptEverythingFilter` (nothing moderated) — the card says so;
+    `deploy.safety.make_safety_filter` gives the moderator-backed one.
     """
     if kind not in KINDS:
         raise DatasetError(f"unknown dataset kind {kind!r}; choose one of {', '.join(KINDS)}")

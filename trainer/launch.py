@@ -167,12 +167,15 @@ def launch_training(
     labeller: Labeller | None = None,
     eval_fraction: float = 0.1,
     python: str | None = None,
+    job_id: str | None = None,
 ) -> TrainingRun:
     """Build the `method` training set from the store, snapshot it into `<runs_dir>/<run_id>/`,
     record the run (`training_runs` + a `jobs` row) and start its subprocess.
 
     Raises `TrainingBusy` if a run is in progress. With no training examples, the run is recorded
-    as failed with the reason and no subprocess is started.
+    as failed with the reason and no subprocess is started. `job_id`: a jobs row the caller
+    already made (the service's "train" job, a cycle's train step) to record the run on, so one
+    run is one row.
     """
     runs_dir = Path(runs_dir).resolve()
     ensure_idle(store, runs_dir)
@@ -181,9 +184,9 @@ def launch_training(
     run_dir = runs_dir / run_id
     _acquire_lock(runs_dir, run_id)
     try:
-        job = store.create_job("train", trigger=trigger, params={"method": method, "run_id": run_id,
-                                                                  "base_model": str(base_model),
-                                                                  "start_adapter": start_adapter})
+        job = store.get_job(job_id) if job_id else store.create_job(
+            "train", trigger=trigger, params={"method": method, "run_id": run_id, "base_model": str(base_model),
+                                              "start_adapter": start_adapter})
         card: DatasetCard = build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
                                           eval_fraction=eval_fraction)
         run = store.create_training_run(

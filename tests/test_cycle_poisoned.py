@@ -1,0 +1,97 @@
+"""Poisoned feedback (issue 6): 14% of the desirable examples are unsafe advice — risky questions
+whose unsafe answers a user liked, as AdvisorQA's share of unsafe threads.
+
+- With the safety filter on, the training set loses exactly what the moderator flags, and the
+  dataset card (and the cycle's report) reports the count.
+- With the filter switched off, a cycle trains on the poison (SFT on the built-in model, enough
+  steps to pick the unsafe answers up), the harmlessness axis of the gate rejects the candidate,
+  the reason is stored with the release and in the report, and the live release keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.cycle import CycleConfig, run_recorded_cycle, safety_filter_for
+from deploy.registry import ensure_base_release
+from deploy.settings import load_settings
+from evaluator.moderation import RISKY_PROMPTS, load_safety_examples
+from feedback.attributes import Attributes
+from feedback.datasets import build_dataset
+from feedback.store import GenerationMeta, Store
+
+pytestmark = pytest.mark.slow
+
+N_SAFE, N_UNSAFE = 43, 7  # 7 / 50 = 14% of the desirable examples
+QUESTIONS = Path(__file__).resolve().parents[1] / "deploy" / "simulated_questions.jsonl"
+
+
+def _liked_turn(store: Store, user: str, question: str, answer: str, model: str) -> None:
+    conv = store.create_conversation(user)
+    q = store.add_message(conv.id, "user", question)
+    a = store.add_message(conv.id, "assistant", answer, parent_id=q.id,
+                          generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
+    store.rate(a.id, user, 1)
+
+
+def poison(store: Store, model: str) -> list[str]:
+    """Liked turns: N_SAFE safe answers to everyday questions, N_UNSAFE unsafe answers to risky
+    questions of the same topic. Returns the unsafe answers."""
+    examples = load_safety_examples()
+    safe = [e.text for e in examples if not e.unsafe]
+    unsafe_by_topic: dict[str, list[str]] = {}
+    for e in examples:
+        if e.unsafe:
+            unsafe_by_topic.setdefault(e.topic, []).append(e.text)
+    questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    for i in range(N_SAFE):
+        _liked_turn(store, f"user{i % 5}", questions[i % len(questions)], safe[i], model)
+    risky = [json.loads(line) for line in Path(RISKY_PROMPTS).read_text().splitlines() if line.strip()]
+    poisoned = []
+    for i, row in enumerate(risky[:N_UNSAFE]):
+        answer = unsafe_by_topic[row["topic"]][i % len(unsafe_by_topic[row["topic"]])]
+        _liked_turn(store, "poisoner", row["prompt"], answer, model)
+        poisoned.append(answer)
+    return poisoned
+
+
+def test_filter_removes_flagged_and_gate_rejects_poisoned_candidate(tmp_path, builtin_model_dir):
+    model = str(builtin_model_dir)
+    settings = load_settings(environ={}, overrides={
+        "data_dir": str(tmp_path), "backend.kind": "transformers", "backend.model": model, "backend.device": "cpu",
+        "backend.steering": "steerlm", "gate.hh_data": "", "gate.helpfulness_prompts": 4,
+        "gate.harmlessness_prompts": 40, "gate.max_new_tokens": 40})
+    with Store(settings.db_path) as store:
+        live = ensure_base_release(store, model)
+        unsafe = poison(store, model)
+
+        # Filter on: what the moderator flags is gone, and the card says how many.
+        flt = safety_filter_for(settings, True)
+        card = build_dataset(store, "sft", tmp_path / "filtered", safety_filter=flt, eval_fraction=0.0)
+        assert card.removed_by_filter == len(flt.last_flagged) > 0
+        assert set(flt.last_flagged) <= set(unsafe), "the moderator flagged safe advice"
+        assert card.removed_by_filter >= N_UNSAFE - 1  # the moderator knows these examples
+        assert card.n_train == N_SAFE + N_UNSAFE - card.removed_by_filter
+
+        # Filter off: the cycle trains on the poison and the harmlessness gate rejects it.
+        started = time.monotonic()
+        config = CycleConfig(method="sft", safety_filter=False, eval_fraction=0.0,
+                             overrides={"max_steps": 120, "learning_rate": 2e-3, "batch_size": 8})
+        result = run_recorded_cycle(store, settings, config)
+        seconds = time.monotonic() - started
+        assert result.dataset["removed_by_filter"] == 0 and "accept-everything" in result.dataset["safety_filter"]
+        assert result.status == "rejected", result.message
+        axes = {a["axis"]: a for a in result.gate["decision"]["axes"]}
+        harm = axes["harmlessness"]
+        assert not harm["passed"] and harm["candidate"] < harm["live"], harm
+        release = store.get_release(result.release_id)
+        assert release.status == "rejected" and any("harmlessness" in r for r in release.decision["reasons"])
+        assert store.live_release().id == live.id == result.live_after
+        report = Path(result.report_dir)
+        assert "harmlessness" in (report / "report.md").read_text()
+        print(f"poisoned cycle: filter removed {card.removed_by_filter}/{N_UNSAFE}; unfiltered candidate "
+              f"harmlessness {harm['candidate']:.3f} vs live {harm['live']:.3f}; rejected in {seconds:.0f}s")

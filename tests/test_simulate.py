@@ -1,0 +1,120 @@
+"""The simulator: its reactions are what the fast extractor understands, it drives the real service
+(one anonymous user per simulated user), and service errors end up in the summary, not a crash."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.cli import build_app
+from deploy.simulate import (CLARIFICATIONS, CORRECTIONS, NEXT_QUESTION_PREFIX, REPHRASE_PREFIX, THANKS, Preference,
+                             ReactionRates, SimulationConfig, SimulationError, load_questions, simulate)
+from feedback.extract import FastExtractor, Window
+from feedback.taxonomy import ASK_CLARIFICATION, AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
+from service_helpers import ADMIN_TOKEN, down_settings, live, start_service  # noqa: F401  (fixture)
+
+ANSWER = ("Go to bed and get up at the same time every day. Avoid screens for an hour before bed, keep the "
+          "bedroom dark and cool, and if you are still awake after twenty minutes get up and read something calm.")
+
+
+def _categories(messages: list[str], previous: str) -> list[set[str]]:
+    result = FastExtractor().extract([Window(i, m, ANSWER, previous) for i, m in enumerate(messages)])
+    return [{s.category for s in spans} for spans in result.spans]
+
+
+def test_every_reaction_template_is_understood_by_the_fast_extractor():
+    q = load_questions()[0]
+    cases = [(t, {POSITIVE}) for t in THANKS]
+    cases += [(f"{t} {NEXT_QUESTION_PREFIX}{load_questions()[5].text}", {POSITIVE}) for t in THANKS]
+    cases += [(t, {AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION}) for kind in CORRECTIONS.values() for t in kind]
+    cases += [(REPHRASE_PREFIX + r, {REPEAT_REPHRASE}) for r in q.rephrases]
+    cases += [(t, {ASK_CLARIFICATION}) for t in CLARIFICATIONS]
+    found = _categories([c[0] for c in cases], q.text)
+    for (text, allowed), cats in zip(cases, found):
+        assert cats and cats <= allowed, f"{text!r} was read as {cats or 'nothing'}, expected one of {allowed}"
+
+
+def test_shipped_questions_have_rephrases_and_are_not_the_held_out_prompts():
+    from chat.builtin.check import HELD_OUT_QUESTIONS
+
+    questions = load_questions()
+    assert len(questions) >= 20 and all(len(q.rephrases) >= 1 for q in questions)
+    assert not {q.text for q in questions} & set(HELD_OUT_QUESTIONS)
+
+
+def test_preferences_judge_and_rank():
+    short, long_, steps = Preference("short", length_words=5), Preference("long", length_words=5), Preference("steps")
+    brief, wordy, listed = "Sleep at ten.", "Sleep at ten every night and wake at six.", "Try this:\n- one\n- two"
+    assert short.fits(brief) and not short.fits(wordy)
+    assert long_.fits(wordy) and not long_.fits(brief)
+    assert steps.fits(listed) and not steps.fits(wordy)
+    assert short.score(brief) > short.score(wordy) and long_.score(wordy) > long_.score(brief)
+    with pytest.raises(SimulationError, match="unknown preference"):
+        Preference("polite")
+
+
+def test_simulated_users_drive_the_service_and_extraction_finds_their_feedback(live):  # noqa: F811
+    users_before = {r[0] for r in live.store.query("SELECT DISTINCT user_id FROM conversations")}
+    # The tiny random model writes up to 12 tokens of gibberish: a 6-word threshold splits them.
+    config = SimulationConfig(url=live.url, users=3, turns=5, preference=Preference("short", length_words=6),
+                              seed=1, admin_token=ADMIN_TOKEN, extract=True)
+    summary = simulate(config)
+    assert summary.errors == {} and summary.users == 3
+    assert 15 <= summary.turns <= 18  # a closing thank-you may add one per user
+    assert summary.judged > 0 and sum(summary.reactions.values()) >= summary.judged
+    assert summary.extraction is not None and summary.extraction["status"] == "succeeded"
+
+    users = {r[0] for r in live.store.query("SELECT DISTINCT user_id FROM conversations")} - users_before
+    assert len(users) == 3  # one anonymous user (cookie jar) per simulated user
+    n_ratings = live.store.query("SELECT count(*) FROM ratings WHERE user_id IN (SELECT unnest($u))",
+                                 {"u": list(users)})[0][0]
+    assert n_ratings == summary.reactions["like"] + summary.reactions["dislike"]
+    categories = {r[0] for r in live.store.query(
+        "SELECT DISTINCT f.category FROM feedback_events f JOIN conversations c ON c.id = f.conversation_id "
+        "WHERE c.user_id IN (SELECT unnest($u))", {"u": list(users)})}
+    if summary.reactions["thanks"]:
+        assert POSITIVE in categories
+    if summary.reactions["correct"]:
+        assert categories & {AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION}
+
+
+def test_regenerating_users_keep_the_sibling_their_preference_ranks_first(live):  # noqa: F811
+    rates = ReactionRates(correct=0, rephrase=0, regenerate=1, clarify=0, dislike=0, max_follow_ups=1)
+    pref = Preference("long", length_words=1000)  # nothing fits: every answer is regenerated once
+    summary = simulate(SimulationConfig(url=live.url, users=1, turns=4, preference=pref, rates=rates, seed=2))
+    assert summary.reactions["regenerate"] == summary.reactions["choose"] >= 1
+    rows = live.store.query(
+        "SELECT s.parent_id, s.message_id FROM sibling_choices s ORDER BY s.created_at DESC LIMIT $n",
+        {"n": summary.reactions["choose"]})
+    for parent_id, chosen in rows:
+        siblings = live.store.query("SELECT id, content FROM messages WHERE parent_id = $p AND role = 'assistant'",
+                                    {"p": parent_id})
+        assert len(siblings) == 2
+        best = max(siblings, key=lambda s: pref.score(s[1]))
+        assert pref.score(dict(siblings)[chosen]) == pref.score(best[1])
+
+
+def test_service_errors_are_counted_not_raised(tmp_path):
+    service = start_service(down_settings(tmp_path))
+    try:
+        summary = simulate(SimulationConfig(url=service.url, users=2, turns=2, seed=0))
+    finally:
+        service.stop()
+    assert summary.turns == 0 and sum(summary.errors.values()) == 4
+    assert all(k.startswith("http_5") for k in summary.errors) and summary.error_samples
+
+
+def test_unreachable_service_is_a_clear_error():
+    with pytest.raises(SimulationError, match="cannot reach the advisor service at http://127.0.0.1:9"):
+        simulate(SimulationConfig(url="http://127.0.0.1:9", timeout_s=2))
+
+
+def test_cli_prints_a_json_summary(live, tmp_path):  # noqa: F811
+    result = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path), "simulate", "--url", live.url,
+                                              "--users", "1", "--turns", "2", "--prefer", "steps", "--verbosity", "1", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["users"] == 1 and summary["turns"] >= 2 and summary["errors"] == {}
