@@ -59,7 +59,13 @@ def start_training(
     job_id: str | None = None, safety_filter: SafetyFilter | None = None, eval_fraction: float = 0.1,
     overrides: dict[str, Any] | None = None,
 ) -> TrainingRun:
-    """Start a run of `method` from the live release (or the base model). Raises `TrainingBusy`."""
+    """Start a run of `method` from the live release (or the base model). Raises `TrainingBusy`.
+    Without `safety_filter`, the set is filtered as `schedule.safety_filter` says (the moderator
+    by default)."""
+    if safety_filter is None:
+        from deploy.safety import make_safety_filter
+
+        safety_filter = make_safety_filter(settings, settings.schedule.safety_filter)
     base_model = training_base_model(settings, backend)
     adapter, parent = start_point(store, base_model, False)
     return launch_training(

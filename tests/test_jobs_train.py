@@ -4,6 +4,7 @@ model with the run's progress on its job row and ends succeeded."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,13 +19,18 @@ from service_helpers import start_service, tiny_settings
 from test_trainer_runs import _populate, wait_until
 from trainer.launch import cancel_training, launch_training
 from trainer.rundir import read_progress
+from conftest import test_cache_dir as cache_dir
+from feedback.datasets import read_card
 
 MAX_STEPS = 3
 
 
 @pytest.fixture(scope="module")
 def live(tiny_model_dir, tmp_path_factory):
-    settings = tiny_settings(tmp_path_factory.mktemp("train-job"), tiny_model_dir, **{
+    data_dir = tmp_path_factory.mktemp("train-job")
+    if (cache_dir() / "moderator").is_dir():  # the trained moderator (the safety filter), shared by slow tests
+        shutil.copytree(cache_dir() / "moderator", data_dir / "models" / "moderator")
+    settings = tiny_settings(data_dir, tiny_model_dir, **{
         "schedule.train_max_steps": MAX_STEPS, "schedule.min_new_feedback": 20, "schedule.train_method": "kto"})
     service = start_service(settings)
     yield service
@@ -86,6 +92,7 @@ def test_train_now_refused_while_busy_then_trains_with_progress(live, tiny_model
     run = store.get_training_run(result["run_id"])
     # One run, one job row: the registry's row is the run's row.
     assert run.job_id == job_id and run.status == "succeeded"
+    assert read_card(Path(run.run_dir)).safety_filter.startswith("moderator")  # Train now filters too
     assert not [r for r in store.list_jobs(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
 
     # The operator tab's training panel shows this run and its loss curve, to admins only.
