@@ -156,9 +156,10 @@ def test_slider_value_is_stored_with_the_next_answer(page, live, context):
     page.press("#verbosity input[type='number']", "Enter")
     page.fill("#complexity input[type='number']", "4")
     page.press("#complexity input[type='number']", "Enter")
-    page.wait_for_function("() => document.querySelector('#verbosity-preview').innerText.includes('one or two sentences')",
-                           timeout=WAIT_MS)
-    assert "expert" in page.inner_text("#complexity-preview")
+    # The two previews update independently (each its own event): wait for both.
+    for preview, text in (("#verbosity-preview", "one or two sentences"), ("#complexity-preview", "expert")):
+        page.wait_for_function(f"() => document.querySelector('{preview}').innerText.includes('{text}')",
+                               timeout=WAIT_MS)
     page.click("#more")
     page.fill("#helpfulness input[type='number']", "1")
     page.press("#helpfulness input[type='number']", "Enter")
