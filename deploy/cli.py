@@ -8,13 +8,13 @@ subcommands through `ctx.obj` as loaded `Settings`.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from deploy.modules import listed_modules
 from deploy.settings import Settings, SettingsError, load_settings
 
 # Command modules, in help order. Each defines `register(app: typer.Typer) -> None`.
@@ -55,13 +55,7 @@ def build_app() -> typer.Typer:
             typer.secho(f"Settings error: {exc}", fg="red", err=True)
             raise typer.Exit(2) from None
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # not written yet
-                continue
-            raise
+    for module in listed_modules(COMMAND_MODULES):
         module.register(app)
     return app
 

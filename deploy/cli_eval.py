@@ -227,11 +227,11 @@ def hh(
 
 
 def _moderator(ctx: typer.Context, data_dir: Path | None, data: Path | None):
-    from evaluator.moderation import load_safety_examples, train_moderator
+    from deploy.evaluators import load_moderator, moderator_dir
+    from evaluator.moderation import load_safety_examples
 
     examples = load_safety_examples(data) if data else load_safety_examples()
-    cache = _data_dir(ctx, data_dir) / "models" / "moderator"
-    return train_moderator(examples, cache_dir=cache), examples
+    return load_moderator(moderator_dir(_data_dir(ctx, data_dir)), examples), examples
 
 
 def moderator(
@@ -294,7 +294,9 @@ def harmlessness_cmd(
 
 
 def _reward_model_dir(ctx: typer.Context, data_dir: Path | None) -> Path:
-    return _data_dir(ctx, data_dir) / "models" / "pl-reward"
+    from deploy.evaluators import reward_model_dir
+
+    return reward_model_dir(_data_dir(ctx, data_dir))
 
 
 def helpfulness_train(

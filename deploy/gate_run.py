@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from deploy.evaluators import load_moderator, load_reward_model, moderator_dir
 from deploy.gate import AXES, Decision, decide
 from deploy.registry import ReleaseError, register_candidate
 from feedback.store import Release, Store
@@ -65,15 +66,7 @@ class GateOutcome:
                 "notes": self.notes, "details": self.details}
 
 
-# ---------------------------------------------------------------- the evaluators' trained parts
-
-
-def reward_model_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / "models" / "pl-reward"
-
-
-def moderator_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / "models" / "moderator"
+# ---------------------------------------------------------------- the held-out helpfulness questions
 
 
 def held_out_threads(limit: int) -> tuple[list, list]:
@@ -83,24 +76,6 @@ def held_out_threads(limit: int) -> tuple[list, list]:
 
     train, test = split_threads(load_threads(), 0.2, 0)
     return train, test[:limit]
-
-
-def load_reward_model(data_dir: Path, train_threads: list):
-    """The cached Plackett–Luce reward model, trained (and cached) on first use."""
-    from evaluator.helpfulness import EmbeddingRewardModel, PLConfig, train_embedding_reward_model
-
-    path = reward_model_dir(data_dir)
-    if (path / EmbeddingRewardModel.META).is_file():
-        return EmbeddingRewardModel.load(path)
-    model, _ = train_embedding_reward_model(train_threads, config=PLConfig(epochs=60, seed=0))
-    model.save(path)
-    return model
-
-
-def load_moderator(data_dir: Path):
-    from evaluator.moderation import load_safety_examples, train_moderator
-
-    return train_moderator(load_safety_examples(), cache_dir=moderator_dir(data_dir))
 
 
 # ---------------------------------------------------------------- finding what to compare
@@ -266,7 +241,7 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     risky = load_risky_prompts()[: settings.gate.harmlessness_prompts]
     say("loading the reward model and the moderator")
     reward_model = load_reward_model(settings.data_path, train_threads)
-    moderator = load_moderator(settings.data_path)
+    moderator = load_moderator(moderator_dir(settings.data_path))
     say(f"loading {candidate.base_model} with both adapters")
     model, tokenizer = _load(candidate.base_model, candidate.adapter_path, live_adapter)
 

@@ -15,7 +15,6 @@ Design choices:
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import traceback
@@ -27,6 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from deploy.modules import listed_modules
 from feedback.store import Job, Store
 
 log = logging.getLogger("advisor.jobs")
@@ -158,13 +158,7 @@ def make_scheduler() -> BackgroundScheduler:
 def register_job_modules(registry: JobRegistry, modules: list[str] = JOB_MODULES) -> list[str]:
     """Import each job module that exists and let it register; returns the ones loaded."""
     loaded = []
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # not written yet
-                continue
-            raise
+    for module in listed_modules(modules):
         module.register_jobs(registry, registry.ctx)
-        loaded.append(name)
+        loaded.append(module.__name__)
     return loaded

@@ -9,13 +9,10 @@ service callables into it, so `chat` never imports `deploy`.
 
 from __future__ import annotations
 
-import importlib
-import logging
 from typing import Any
 
 from chat.ui_operator import PanelBuilder
-
-log = logging.getLogger("advisor.panels")
+from deploy.modules import listed_modules
 
 # Modules that add operator panels; each defines `operator_panel(services)`. Missing ones are skipped.
 PANEL_MODULES: list[str] = ["deploy.panel_serving", "deploy.panel_releases", "deploy.panel_training", "deploy.panel_cycle"]
@@ -23,13 +20,7 @@ PANEL_MODULES: list[str] = ["deploy.panel_serving", "deploy.panel_releases", "de
 
 def operator_panels(services: Any) -> list[PanelBuilder]:
     builders = []
-    for name in PANEL_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+    for module in listed_modules(PANEL_MODULES):
         builder = module.operator_panel(services)
         if builder is not None:
             builders.append(builder)

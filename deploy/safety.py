@@ -49,9 +49,9 @@ class ModeratorSafetyFilter:
     @property
     def moderator(self) -> Any:
         if self._moderator is None:
-            from evaluator.moderation import load_safety_examples, train_moderator
+            from deploy.evaluators import load_moderator
 
-            self._moderator = train_moderator(load_safety_examples(), cache_dir=self.cache_dir)
+            self._moderator = load_moderator(self.cache_dir)
         return self._moderator
 
     def flags(self, texts: Sequence[str]) -> list[bool]:
@@ -67,5 +67,7 @@ def make_safety_filter(settings: Any, enabled: bool = True,
     """The filter for training-set builds: the moderator, or (switched off) the named no-op."""
     if not enabled:
         return AcceptEverythingFilter()
-    cache = Path(config.cache_dir) if config.cache_dir else Path(settings.data_path) / "models" / "moderator"
+    from deploy.evaluators import moderator_dir
+
+    cache = Path(config.cache_dir) if config.cache_dir else moderator_dir(settings.data_path)
     return ModeratorSafetyFilter(cache, config)

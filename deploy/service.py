@@ -68,6 +68,9 @@ class Services:
     release_pending: bool = False
     _release_retry_at: float = 0.0
     _release_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The base model's adapter-less release id, looked up once per live-release change rather than
+    # on every answer (`release_of` runs on the turn path); cleared by `refresh_release`.
+    _no_adapter_release: str | None = None
 
     def turn_context(self, source: str) -> TurnContext:
         if self.store is None or self.backend is None:
@@ -82,9 +85,13 @@ class Services:
     def release_of(self, adapter: str | None) -> str | None:
         """The release behind a pinned adapter: the registry loads each release's adapter under the
         release id, and no adapter is this base model's adapter-less release."""
-        from deploy.registry import no_adapter_release
+        if adapter:
+            return adapter
+        if self._no_adapter_release is None:  # None is not cached: the release may not exist yet
+            from deploy.registry import no_adapter_release
 
-        return adapter if adapter else no_adapter_release(self.store, self.backend.model)
+            self._no_adapter_release = no_adapter_release(self.store, self.backend.model)
+        return self._no_adapter_release
 
     def sampling(self, **overrides: Any) -> SamplingParams:
         return sampling_params(self.settings, **overrides)
@@ -107,6 +114,7 @@ class Services:
         """Re-read the live release and put its adapter on the backend (after a promotion or
         rollback). Answers already streaming keep the adapter they pinned."""
         with self._release_lock:
+            self._no_adapter_release = None
             self.release_id, self.release_warning = use_live_release(self.store, self.backend)
             if self.release_warning:
                 log.warning(self.release_warning)

@@ -37,6 +37,18 @@ def builtin_model_dir() -> Path:
     return build_builtin_model(test_cache_dir())
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one thread for a module of tiny-matrix work: a second thread mostly adds
+    synchronisation, badly so on a shared 2-core box. Use with `pytest.mark.usefixtures`."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def store(tmp_path):
     from feedback.store import Store

@@ -24,6 +24,8 @@ from evaluator.helpfulness import (
 )
 from evaluator.shipped import RANKED_ADVICE
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def thread(question: str, *answers: tuple[str, float]) -> Thread:
     return Thread(question, tuple(RankedAnswer(t, v) for t, v in answers))
@@ -137,14 +139,6 @@ def test_shipped_ranked_advice_set():
 
 # ---------------------------------------------------------------- a real reward model (MiniLM)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Small matrices: a second thread mostly adds synchronisation, badly so on a shared 2-core box.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

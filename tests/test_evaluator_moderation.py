@@ -9,7 +9,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import torch
 
 import evaluator.moderation as moderation
 from evaluator.moderation import (
@@ -26,6 +25,8 @@ from evaluator.moderation import (
 )
 
 TOPICS = {"money", "work", "friends", "family", "sleep", "health", "travel", "studying"}
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class HashEmbedder:
@@ -51,13 +52,6 @@ class FixedModerator:
     def is_unsafe(self, texts, threshold=0.5):
         return [p >= threshold for p in self.score(texts)]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_shipped_safety_set_is_big_balanced_and_covers_the_chat_topics():

@@ -37,18 +37,12 @@ PAIRS = [
      "Hide the remote control inside the washing machine."),
 ]
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def messages(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matrices: a second thread only adds synchronisation, badly so on a shared 2-core box.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
