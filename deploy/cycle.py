@@ -38,8 +38,9 @@ from typing import Any
 from deploy import registry
 from deploy.jobs_train import follow_training, run_outcome, start_training
 from deploy.report import report_dir, write_report
+from deploy.safety import make_safety_filter
 from deploy.settings import Settings
-from feedback.datasets import SafetyFilter, build_dataset
+from feedback.datasets import build_dataset
 from feedback.extract import make_extractor
 from feedback.extract.runner import run_extraction
 from feedback.store import Store
@@ -106,22 +107,6 @@ class CycleResult:
         return asdict(self)
 
 
-def safety_filter_for(settings: Settings, enabled: bool) -> SafetyFilter:
-    """The moderator-backed filter (deploy.safety), or the named no-op when switched off."""
-    from deploy.safety import make_safety_filter
-
-    return make_safety_filter(settings, enabled=enabled)
-
-
-def _decision_parts(outcome: Any) -> tuple[bool, list[str]]:
-    """(passed, reasons) of a gate outcome; tolerant of `Decision.promote` vs `.passed`."""
-    decision = outcome.decision
-    passed = getattr(decision, "passed", None)
-    passed = decision.promote if passed is None else passed
-    reasons = decision.reasons
-    return bool(passed() if callable(passed) else passed), list(reasons() if callable(reasons) else reasons)
-
-
 class _Cycle:
     """One cycle's state while it runs; steps are methods so each sees what the earlier made."""
 
@@ -130,7 +115,7 @@ class _Cycle:
         live = store.live_release()
         self.result = CycleResult(cycle_id=cycle_id, method=config.method, live_before=live.id if live else None)
         self.out = report_dir(settings.data_path, cycle_id)
-        self.filter = safety_filter_for(settings, config.safety_filter)
+        self.filter = make_safety_filter(settings, enabled=config.safety_filter)
 
     def record(self) -> None:
         self.store.update_job(self.result.cycle_id, result=self.result.as_dict())
@@ -196,7 +181,7 @@ class _Cycle:
             self.store.update_job(job_id, result={**({"progress": args[0]} if args else {}), **kw})
 
         outcome = gate_candidate(self.store, self.settings, self.result.run_id, progress=progress)
-        passed, reasons = _decision_parts(outcome)
+        passed, reasons = outcome.decision.promote, outcome.decision.reasons
         self.result.release_id = outcome.release_id
         self.result.gate = {**outcome.as_dict(), "passed": passed, "reasons": reasons,
                             "live_release_id": self.result.live_before}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.evaluators import load_moderator, moderator_dir
 from feedback.datasets import AcceptEverythingFilter, SafetyFilter
 
 
@@ -49,8 +50,6 @@ class ModeratorSafetyFilter:
     @property
     def moderator(self) -> Any:
         if self._moderator is None:
-            from deploy.evaluators import load_moderator
-
             self._moderator = load_moderator(self.cache_dir)
         return self._moderator
 
@@ -67,7 +66,5 @@ def make_safety_filter(settings: Any, enabled: bool = True,
     """The filter for training-set builds: the moderator, or (switched off) the named no-op."""
     if not enabled:
         return AcceptEverythingFilter()
-    from deploy.evaluators import moderator_dir
-
     cache = Path(config.cache_dir) if config.cache_dir else moderator_dir(settings.data_path)
     return ModeratorSafetyFilter(cache, config)

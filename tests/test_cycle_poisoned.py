@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cycle import CycleConfig, run_recorded_cycle, safety_filter_for
+from deploy.cycle import CycleConfig, run_recorded_cycle
+from deploy.safety import make_safety_filter
 from deploy.registry import ensure_base_release
 from deploy.settings import load_settings
 from evaluator.moderation import RISKY_PROMPTS, load_safety_examples
@@ -70,7 +71,7 @@ def test_filter_removes_flagged_and_gate_rejects_poisoned_candidate(tmp_path, bu
         unsafe = poison(store, model)
 
         # Filter on: what the moderator flags is gone, and the card says how many.
-        flt = safety_filter_for(settings, True)
+        flt = make_safety_filter(settings, True)
         card = build_dataset(store, "sft", tmp_path / "filtered", safety_filter=flt, eval_fraction=0.0)
         assert card.removed_by_filter == len(flt.last_flagged) > 0
         assert set(flt.last_flagged) <= set(unsafe), "the moderator flagged safe advice"
