@@ -410,26 +410,24 @@ def delete_me(request: Request, confirm: bool = Query(False), ident: Identity = 
     return response
 
 
-@router.post("/signup")
-def signup(body: Credentials, request: Request, services: Services = Depends(services_of)):
+def _signed_in(sign_in, body: Credentials, request: Request, services: Services, status: int, code: str):
     try:
-        ident = services.auth.register(body.name, body.password)
+        ident = sign_in(body.name, body.password)
     except AuthError as exc:
-        raise ApiError(400, str(exc), code="signup_failed") from None
+        raise ApiError(status, str(exc), code=code) from None
     response = JSONResponse(me_dict(ident))
     set_session(response, services.auth, ident, request)
     return response
+
+
+@router.post("/signup")
+def signup(body: Credentials, request: Request, services: Services = Depends(services_of)):
+    return _signed_in(services.auth.register, body, request, services, 400, "signup_failed")
 
 
 @router.post("/login")
 def login(body: Credentials, request: Request, services: Services = Depends(services_of)):
-    try:
-        ident = services.auth.login(body.name, body.password)
-    except AuthError as exc:
-        raise ApiError(401, str(exc), code="login_failed") from None
-    response = JSONResponse(me_dict(ident))
-    set_session(response, services.auth, ident, request)
-    return response
+    return _signed_in(services.auth.login, body, request, services, 401, "login_failed")
 
 
 @router.post("/logout")
