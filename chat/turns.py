@@ -8,14 +8,19 @@ Design choices:
   `Attributes` (validated on construction), and the conversation/parent must belong to the user
   (`NotFound` otherwise, indistinguishable from "does not exist") before anything is written.
 - The user message is stored at submit, in one transaction with the new conversation if there
-  is one, so a question survives a model failure or a crash mid-answer.
+  is one, so a question survives a model failure or a crash mid-answer. `send` and `edit` start
+  the generation first and store the question while the model reads its prompt (the model
+  needs only the text, not the row), so that commit is off the turn's critical path; if the
+  question cannot be stored the generation is cancelled and nothing is answered. Nothing is
+  acknowledged before both are durable: the answer's id exists only once it is stored.
 - The answer is stored exactly once, when the stream ends: `complete`; `interrupted` when it was
   cancelled (stop button, client gone, Ctrl-C) — with the partial text; `error` with the error
   text when the backend failed, after which the user-facing `BackendError` is re-raised. A
   length-limited answer is `complete` with `finish_reason='length'`: the model did finish its
   budget, and the finish reason says it was cut.
-- The generation starts on first iteration, not at submit, so submit can return the
-  conversation id (for a link, a header, `--conversation`) before the first token.
+- Submit returns as soon as the question is stored, so a surface has the conversation id (for
+  a link, a header, `--conversation`) before the first token. A regenerated answer starts on
+  first iteration (there is nothing to store before it).
 - Regenerate adds an assistant sibling under the same user message; edit adds a user sibling
   under the same parent and answers it. The model sees `store.thread(conversation, leaf)`: the
   branch being answered, never the siblings.
@@ -71,14 +76,16 @@ class Turn:
     iteration ends, however it ends. `cancel()` may be called from any thread."""
 
     def __init__(self, ctx: TurnContext, *, conversation_id: str, user_message: Message,
-                 new_conversation: bool, attributes: Attributes, params: SamplingParams) -> None:
+                 new_conversation: bool, attributes: Attributes, params: SamplingParams,
+                 generation: Generation | None = None, start_error: Exception | None = None) -> None:
         self.ctx = ctx
         self.conversation_id = conversation_id
         self.user_message = user_message
         self.new_conversation = new_conversation
         self.attributes = attributes
         self.params = params
-        self.generation: Generation | None = None
+        self.generation = generation  # already running when submit started it
+        self._start_error = start_error  # the backend refused at submit: raised (and logged) on iteration
         self.answer: Message | None = None
         self.error: Exception | None = None
         self._cancel = threading.Event()
@@ -99,14 +106,13 @@ class Turn:
         self._started = True
         stream = None
         try:
+            if self._start_error is not None:
+                raise self._start_error
             if self._cancel.is_set():
                 return
-            thread = ([self.user_message] if self.new_conversation  # nothing else to read back
-                      else self.ctx.store.thread(self.conversation_id, self.user_message.id))
-            messages = history(thread)
-            self.generation = self.ctx.backend.stream(
-                messages, attributes=self.attributes, steering=self.ctx.steering, params=self.params
-            )
+            if self.generation is None:
+                thread = self.ctx.store.thread(self.conversation_id, self.user_message.id)
+                self.generation = _start_generation(self.ctx, history(thread), self.attributes, self.params)
             if self._cancel.is_set():  # cancelled between submit and start
                 self.generation.cancel()
             stream = iter(self.generation)
@@ -186,23 +192,50 @@ def send(
     or under `parent_id` (an answer in one of the user's conversations)."""
     text = clean_text(text, max_chars=ctx.max_chars)
     store = ctx.store
+    prior: list[Message] = []
     if parent_id is not None:
         parent = store.get_message(parent_id, user_id=user_id)
         if conversation_id is not None and parent.conversation_id != conversation_id:
             raise NotFound(f"No message {parent_id!r} in conversation {conversation_id!r}.")
         conversation_id = parent.conversation_id
+        prior = store.thread(conversation_id, parent_id)
     elif conversation_id is not None:
         store.get_conversation(conversation_id, user_id=user_id)
-        thread = store.thread(conversation_id)
-        parent_id = thread[-1].id if thread else None
-    new = conversation_id is None
-    if new:  # a new conversation and its first question, or neither
-        conv, user_message = store.start_conversation(user_id, text, source=ctx.source)
-        conversation_id = conv.id
+        prior = store.thread(conversation_id)
+        parent_id = prior[-1].id if prior else None
+    if conversation_id is None:  # a new conversation and its first question, or neither
+        def store_question() -> Message:
+            return store.start_conversation(user_id, text, source=ctx.source)[1]
     else:
-        user_message = store.add_message(conversation_id, "user", text, parent_id=parent_id)
-    return Turn(ctx, conversation_id=conversation_id, user_message=user_message, new_conversation=new,
-                attributes=attributes or Attributes(), params=params or SamplingParams())
+        def store_question() -> Message:
+            return store.add_message(conversation_id, "user", text, parent_id=parent_id)
+    return _submit(ctx, prior, text, store_question, new_conversation=conversation_id is None,
+                   attributes=attributes, params=params)
+
+
+def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: Callable[[], Message], *,
+            new_conversation: bool, attributes: Attributes | None, params: SamplingParams | None) -> Turn:
+    """Start generating, then store the question while the model reads its prompt."""
+    attributes, params = attributes or Attributes(), params or SamplingParams()
+    generation, start_error = None, None
+    try:
+        generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes, params)
+    except Exception as exc:  # still store the question; the failure is logged as its answer
+        start_error = exc
+    try:
+        question = store_question()
+    except BaseException:
+        if generation is not None:
+            generation.cancel()
+        raise
+    return Turn(ctx, conversation_id=question.conversation_id, user_message=question,
+                new_conversation=new_conversation, attributes=attributes, params=params,
+                generation=generation, start_error=start_error)
+
+
+def _start_generation(ctx: TurnContext, messages: list[dict], attributes: Attributes,
+                      params: SamplingParams) -> Generation:
+    return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params)
 
 
 def edit(
@@ -214,9 +247,10 @@ def edit(
     original = ctx.store.get_message(message_id, user_id=user_id)
     if original.role != "user":
         raise InvalidInput("Only your own questions can be edited.")
-    user_message = ctx.store.add_message(original.conversation_id, "user", text, parent_id=original.parent_id)
-    return Turn(ctx, conversation_id=original.conversation_id, user_message=user_message, new_conversation=False,
-                attributes=attributes or Attributes(), params=params or SamplingParams())
+    prior = ctx.store.thread(original.conversation_id, original.parent_id) if original.parent_id else []
+    return _submit(ctx, prior, text,
+                   lambda: ctx.store.add_message(original.conversation_id, "user", text, parent_id=original.parent_id),
+                   new_conversation=False, attributes=attributes, params=params)
 
 
 def regenerate(

@@ -183,3 +183,59 @@ def test_instruct_steering_is_logged(store, backend):
     ctx = TurnContext(store=store, backend=backend, steering="instruct")
     answer = send(ctx, user_id="ivan", text="Hello?", params=SHORT).run()
     assert answer.generation.steering == "instruct" and answer.generation.release_id is None
+
+
+class _RecordingBackend:
+    """Wraps a backend and keeps every generation it starts (or raises `refuse` at start)."""
+
+    def __init__(self, inner, refuse: Exception | None = None) -> None:
+        self.inner, self.refuse, self.started = inner, refuse, []
+        self.kind, self.model, self.active_adapter = inner.kind, inner.model, inner.active_adapter
+
+    def stream(self, messages, **kwargs):
+        if self.refuse is not None:
+            raise self.refuse
+        gen = self.inner.stream(messages, **kwargs)
+        self.started.append((messages, gen))
+        return gen
+
+
+def test_the_model_starts_on_the_question_while_it_is_stored(store, backend):
+    """Submit starts generating before the question's commit (off the critical path) and returns
+    only once the question is stored; the model got exactly the stored conversation."""
+    rec = _RecordingBackend(backend)
+    ctx = TurnContext(store=store, backend=rec, steering="steerlm", source="cli")
+    first = send(ctx, user_id="gus", text="How do I save?", params=SHORT)
+    assert [m.id for m in store.get_messages(first.conversation_id)] == [first.user_message.id]
+    assert first.generation is rec.started[0][1]
+    first.run()
+    second = send(ctx, user_id="gus", text="And then?", conversation_id=first.conversation_id, params=SHORT)
+    second.run()
+    assert rec.started[1][0] == history(store.thread(first.conversation_id, second.user_message.id))
+
+
+def test_a_question_that_cannot_be_stored_cancels_its_generation(store, backend):
+    rec = _RecordingBackend(backend)
+    ctx = TurnContext(store=store, backend=rec, steering="steerlm", source="cli")
+    send(ctx, user_id="hal", text="Hello?", params=SHORT).run()
+    store.forget_user("hal")
+    before = row_counts(store)
+    with pytest.raises(InvalidInput, match="deleted"):
+        send(ctx, user_id="hal", text="Still there?", params=LONG)
+    gen = rec.started[-1][1]
+    assert gen.cancelled
+    gen.read()  # returns at once: the worker stopped at its next token
+    assert gen.finish_reason == "cancelled" and gen.completion_tokens < LONG.max_new_tokens
+    assert row_counts(store) == before
+
+
+def test_a_backend_that_refuses_at_start_still_keeps_the_question(store, backend):
+    from chat.backends import BackendError
+
+    ctx = TurnContext(store=store, backend=_RecordingBackend(backend, refuse=BackendError("The prompt is too long.")),
+                      steering="steerlm", source="cli")
+    turn = send(ctx, user_id="ivy", text="A question", params=SHORT)
+    with pytest.raises(BackendError, match="too long"):
+        turn.run()
+    question, answer = store.get_messages(turn.conversation_id)
+    assert question.content == "A question" and answer.status == "error" and "too long" in answer.generation.error
