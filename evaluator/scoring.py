@@ -111,13 +111,18 @@ def hh_format(messages: Sequence[Message], answer: str) -> tuple[str, str]:
     return prompt + "\n\nAssistant:", " " + answer
 
 
-def render(tokenizer: Any, messages: Sequence[Message], answer: str) -> tuple[str, str]:
-    """(prompt text ending with the assistant header, answer text including end-of-turn)."""
+def render(tokenizer: Any, messages: Sequence[Message], answer: str, *,
+           attributes: str | None = None) -> tuple[str, str]:
+    """(prompt text ending with the assistant header, answer text including end-of-turn).
+
+    `attributes`: a SteerLM attribute string written after the assistant header, as the model
+    saw it when it generated (and as training sets render it); None scores without one."""
     if not getattr(tokenizer, "chat_template", None):
         return hh_format(messages, answer)
     messages = list(messages)
-    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    full = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": answer}], tokenize=False)
+    kwargs = {"attributes": attributes} if attributes else {}
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    full = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": answer, **kwargs}], tokenize=False)
     eos = tokenizer.eos_token or ""
     if full.startswith(prompt):
         completion = full[len(prompt):]
@@ -154,6 +159,7 @@ def encode_rows(
     cfg: BatchConfig,
     *,
     share: bool,
+    attributes: str | None = None,
 ) -> tuple[list[Row], int]:
     """Render, tokenize and truncate; group answers to identical prompts when `share`.
 
@@ -161,7 +167,7 @@ def encode_rows(
     """
     if len(prompts) != len(answers):
         raise ValueError(f"got {len(prompts)} prompts but {len(answers)} answers; pass one answer per prompt")
-    texts = [render(tokenizer, p, a) for p, a in zip(prompts, answers)]
+    texts = [render(tokenizer, p, a, attributes=attributes) for p, a in zip(prompts, answers)]
     prompt_texts = list(dict.fromkeys(t[0] for t in texts))  # unique, in first-seen order
     prompt_ids = dict(zip(prompt_texts, _tokenize(tokenizer, prompt_texts)))
     answer_ids = _tokenize(tokenizer, [t[1] for t in texts])
@@ -414,10 +420,12 @@ class LogLikelihoodScorer:
     tokenizer: Any
     batch: BatchConfig = field(default_factory=BatchConfig)
     mean: bool = False
+    attributes: str | None = None  # SteerLM attribute line to condition on (see `render`)
     stats: ScoreStats = field(default_factory=ScoreStats)
 
     def score(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> list[float]:
-        rows, truncated = encode_rows(self.tokenizer, prompts, answers, self.batch, share=_can_share(self.model, self.batch))
+        rows, truncated = encode_rows(self.tokenizer, prompts, answers, self.batch,
+                                      share=_can_share(self.model, self.batch), attributes=self.attributes)
         self.stats.items += len(answers)
         self.stats.truncated += truncated
         return answer_logprobs(
@@ -439,6 +447,7 @@ class ImplicitRewardScorer:
     beta: float = 0.1
     reference: Any = None
     batch: BatchConfig = field(default_factory=BatchConfig)
+    attributes: str | None = None  # SteerLM attribute line to condition on (see `render`)
     stats: ScoreStats = field(default_factory=ScoreStats)
 
     def __post_init__(self) -> None:
@@ -451,7 +460,8 @@ class ImplicitRewardScorer:
         share = _can_share(self.model, self.batch) and (
             self.reference is None or _can_share(self.reference, self.batch)
         )
-        rows, truncated = encode_rows(self.tokenizer, prompts, answers, self.batch, share=share)
+        rows, truncated = encode_rows(self.tokenizer, prompts, answers, self.batch, share=share,
+                                      attributes=self.attributes)
         self.stats.items += len(answers)
         self.stats.truncated += truncated
         pad_id = _pad_id(self.tokenizer)

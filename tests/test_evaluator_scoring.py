@@ -81,6 +81,19 @@ def hh_subsets() -> dict[str, HHSubset]:
     return {"helpful-base": HHSubset("helpful-base", pairs, HHStats(rows=len(pairs)))}
 
 
+def test_render_conditions_on_the_attribute_line_as_training_sets_do(tok):
+    """With `attributes`, the prompt ends with the SteerLM line the answer was generated under,
+    the scored answer is unchanged, and prompt + answer is what a training row renders."""
+    attrs = "helpfulness:4,correctness:4,coherence:4,complexity:2,verbosity:0"
+    plain_prompt, plain_answer = render(tok, messages("How do I rest?"), "Sleep early.")
+    prompt, answer = render(tok, messages("How do I rest?"), "Sleep early.", attributes=attrs)
+    assert prompt.startswith(plain_prompt) and prompt.endswith(attrs + "\n") and answer == plain_answer
+    row = tok.apply_chat_template(
+        messages("How do I rest?") + [{"role": "assistant", "content": "Sleep early.", "attributes": attrs}],
+        tokenize=False)
+    assert row.startswith(prompt + answer)
+
+
 def test_loglik_prefers_the_answers_the_model_was_overfit_on(model, tok):
     train_on(model, tok, [(q, good) for q, good, _ in PAIRS])
     report = evaluate_hh(hh_subsets(), LogLikelihoodScorer(model, tok))
