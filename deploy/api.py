@@ -566,9 +566,10 @@ def admin_jobs(limit: int = Query(50, ge=1, le=1000), services: Services = Depen
 
 
 class JobParams(BaseModel):
-    """Optional parameters of a manual job run, e.g. `{"params": {"extractor": "llm"}}`."""
+    """Optional parameters of a manual job run, e.g. `{"params": {"extractor": "llm"}}`; one level
+    of nesting for groups such as a cycle's training `overrides`."""
 
-    params: dict[str, str | int | float | bool] = {}
+    params: dict[str, str | int | float | bool | dict[str, str | int | float | bool]] = {}
 
 
 @admin_router.post("/jobs/{kind}/run", status_code=202)

@@ -36,17 +36,22 @@ def cycle(
     no_safety_filter: bool = typer.Option(False, "--no-safety-filter",
                                           help="Keep what the moderator flags in the training set (demonstrations only)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop training after N optimizer steps."),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", "--lr", help="Training learning rate."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", help="LoRA alpha (alpha = r scales updates by 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the cycle's outcome as one JSON line."),
     url: Optional[str] = typer.Option(None, "--url", help="Start it in the service that holds the database instead."),
     token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
 ) -> None:
     """Run one learning cycle: extract, build sets, train, evaluate and gate, promote or reject."""
     settings = settings_of(ctx)
+    overrides = {k: v for k, v in {"max_steps": max_steps, "learning_rate": learning_rate,
+                                   "lora_alpha": lora_alpha}.items() if v is not None}
     if url:
         from deploy.cli_core import call_service
 
         params = {k: v for k, v in {"method": method.value if method else None,
-                                    "safety_filter": False if no_safety_filter else None}.items() if v is not None}
+                                    "safety_filter": False if no_safety_filter else None,
+                                    "overrides": overrides or None}.items() if v is not None}
         body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/cycle/run", {"params": params})
         if as_json:
             print(json.dumps(body))
@@ -54,7 +59,6 @@ def cycle(
             err.print(f"started cycle job {body.get('job_id')} in the service; follow it in the operator tab "
                       "or GET /api/admin/jobs")
         return
-    overrides = {"max_steps": max_steps} if max_steps else {}
     config = CycleConfig.from_settings(settings, method=method.value if method else None,
                                        safety_filter=False if no_safety_filter else None, overrides=overrides)
     try:

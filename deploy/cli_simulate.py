@@ -1,7 +1,8 @@
 """`advisor simulate`: simulated users chat with a running service and react to its answers.
 
     advisor simulate --users 8 --turns 10 [--url URL] [--prefer short|long|steps] [--seed S]
-                     [--admin-token T --extract] [--verbosity V ...] [--concurrency K] [--json]
+                     [--admin-token T --extract] [--verbosity V ...] [--rate NAME=P ...]
+                     [--concurrency K] [--json]
 
 Design choices:
 - Always through the service's REST API (`deploy.simulate`): the simulator needs the service
@@ -15,6 +16,7 @@ Design choices:
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 from enum import Enum
 from typing import Optional
 
@@ -24,7 +26,7 @@ from rich.table import Table
 
 from deploy.cli import settings_of
 from deploy.settings import Settings
-from deploy.simulate import Preference, SimulationConfig, SimulationError, simulate
+from deploy.simulate import Preference, ReactionRates, SimulationConfig, SimulationError, simulate
 
 err = Console(stderr=True)
 
@@ -41,6 +43,24 @@ def service_url(settings: Settings) -> str:
     return f"http://{host}:{settings.server.port}"
 
 
+def parse_rates(items: list[str]) -> ReactionRates:
+    """`NAME=P` pairs over the default reaction weights; a bad item raises SimulationError."""
+    names = {f.name for f in fields(ReactionRates)} - {"max_follow_ups"}
+    changes: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        try:
+            p = float(value)
+        except ValueError:
+            p = -1.0
+        if name not in names or not 0.0 <= p <= 1.0:
+            raise SimulationError(f"--rate {item!r}: expected NAME=P with P between 0 and 1 and NAME one of "
+                                  f"{', '.join(sorted(names))}")
+        changes[name] = p
+    return replace(ReactionRates(), **changes)
+
+
 def simulate_cmd(
     ctx: typer.Context,
     users: int = typer.Option(4, "--users", "-u", min=1, help="Simulated users (each its own anonymous session)."),
@@ -54,6 +74,9 @@ def simulate_cmd(
     verbosity: Optional[list[int]] = typer.Option(
         None, "--verbosity", min=0, max=4,
         help="Verbosity slider value(s) the users chat with; repeat for several (default: 0-4 at random)."),
+    rate: Optional[list[str]] = typer.Option(
+        None, "--rate", help="Change a reaction weight, e.g. --rate regenerate=0.6 (repeat; names: "
+                             "like, thanks, correct, rephrase, regenerate, clarify, dislike, dislike_too)."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Users chatting at the same time."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Answer length cap."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one line of JSON."),
@@ -65,7 +88,7 @@ def simulate_cmd(
             url=url or service_url(settings), users=users, turns=turns,
             preference=Preference(prefer.value, length_words=length_words), seed=seed,
             admin_token=admin_token or settings.server.admin_token, extract=extract,
-            concurrency=concurrency, max_new_tokens=max_new_tokens,
+            concurrency=concurrency, max_new_tokens=max_new_tokens, rates=parse_rates(rate or []),
             **({"verbosities": tuple(verbosity)} if verbosity else {}),
         )
         if not as_json:

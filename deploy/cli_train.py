@@ -147,6 +147,7 @@ def train(
     epochs: Optional[float] = typer.Option(None, "--epochs"),
     learning_rate: Optional[float] = typer.Option(None, "--learning-rate", "--lr"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", help="LoRA alpha (alpha = r scales updates by 1)."),
     eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of conversations held out."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Restart a crashed run from its last checkpoint."),
     cancel: Optional[str] = typer.Option(None, "--cancel", help="Cancel a running run."),
@@ -155,7 +156,7 @@ def train(
     """Train an adapter on the feedback so far (SFT, KTO or DPO), one run at a time."""
     settings = settings_of(ctx)
     overrides = {k: v for k, v in {"max_steps": max_steps, "epochs": epochs, "learning_rate": learning_rate,
-                                   "batch_size": batch_size}.items() if v is not None}
+                                   "batch_size": batch_size, "lora_alpha": lora_alpha}.items() if v is not None}
     with open_store(settings) as store:
         try:
             if cancel:

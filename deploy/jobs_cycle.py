@@ -15,6 +15,11 @@ from deploy.jobs import JobContext, JobRegistry
 from deploy.registry import promote_in_service
 
 
+# What a cycle started through the service may change about its training run (the trainer
+# checks the values; anything else stays as the settings say).
+CYCLE_OVERRIDES = frozenset({"max_steps", "learning_rate", "lora_alpha", "epochs", "batch_size"})
+
+
 def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
     settings = ctx.settings
 
@@ -27,8 +32,13 @@ def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
             extractor_for=runner.make_extractor if runner is not None else None,
             promote=(lambda release_id: promote_in_service(services, release_id)) if services is not None else None,
         )
-        config = CycleConfig.from_settings(settings, **{k: v for k, v in job.params.items()
-                                                        if k in ("method", "safety_filter")})
+        params = {k: v for k, v in job.params.items() if k in ("method", "safety_filter")}
+        overrides = job.params.get("overrides") or {}
+        unknown = set(overrides) - CYCLE_OVERRIDES
+        if not isinstance(overrides, dict) or unknown:
+            raise ValueError(f"a cycle's training overrides may set {', '.join(sorted(CYCLE_OVERRIDES))}; "
+                             f"got {sorted(unknown) if isinstance(overrides, dict) else overrides!r}")
+        config = CycleConfig.from_settings(settings, overrides=overrides, **params)
         result = run_cycle(job.store, settings, config, cycle_id=job.job.id, deps=deps)
         if result.status == "failed":
             raise RuntimeError(result.message)

@@ -143,13 +143,20 @@ def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_mode
     try:
         result = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
                                                   "--token", ADMIN_TOKEN, "--method", "dpo", "--no-safety-filter",
+                                                  "--max-steps", "5", "--lr", "1e-3", "--lora-alpha", "64",
                                                   "--json"], catch_exceptions=False)
         assert result.exit_code == 0, result.output
         job_id = json.loads(result.stdout.strip().splitlines()[-1])["job_id"]
         with live.admin() as admin:
             job = _wait_job(admin, job_id, timeout=300)
         assert job["status"] == "failed" and "no training examples for dpo" in job["error"]  # nobody chatted
-        assert live.store.get_job(job_id).params == {"method": "dpo", "safety_filter": False}
+        assert live.store.get_job(job_id).params == {
+            "method": "dpo", "safety_filter": False,
+            "overrides": {"max_steps": 5, "learning_rate": 1e-3, "lora_alpha": 64}}
+        with live.admin() as admin:  # a training knob a cycle may not turn fails the job, saying which
+            bad = admin.post("/api/admin/jobs/cycle/run", json={"params": {"overrides": {"base_model": "x"}}})
+            job = _wait_job(admin, bad.json()["job_id"], timeout=300)
+        assert job["status"] == "failed" and "may set" in job["error"] and "base_model" in job["error"]
         refused = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
                                                    "--token", "wrong"])
         assert refused.exit_code == 1 and "refused (401)" in refused.output

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deploy.cli import build_app
+from deploy.cli_simulate import parse_rates
 from deploy.simulate import (CLARIFICATIONS, CORRECTIONS, NEXT_QUESTION_PREFIX, REPHRASE_PREFIX, THANKS, Preference,
                              ReactionRates, SimulationConfig, SimulationError, load_questions, simulate)
 from feedback.extract import FastExtractor, Window
@@ -118,3 +119,18 @@ def test_cli_prints_a_json_summary(live, tmp_path):  # noqa: F811
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["users"] == 1 and summary["turns"] >= 2 and summary["errors"] == {}
+
+
+@pytest.mark.parametrize("items, expected", [
+    ([], ReactionRates()),
+    (["regenerate=0.6", "clarify=0"], ReactionRates(regenerate=0.6, clarify=0.0)),
+    (["dislike-too=1"], ReactionRates(dislike_too=1.0)),
+])
+def test_rate_options_change_only_the_weights_named(items, expected):
+    assert parse_rates(items) == expected
+
+
+@pytest.mark.parametrize("item", ["regenerate", "regenerate=lots", "regenerate=1.5", "max_follow_ups=1", "sulk=0.2"])
+def test_a_bad_rate_option_says_what_is_allowed(item):
+    with pytest.raises(SimulationError, match="expected NAME=P"):
+        parse_rates([item])
