@@ -5,8 +5,8 @@ Direct mode changes the store only; the service picks the live release up when i
 `/api/admin/releases/rollback`), hot-swapping the adapter without dropping chats.
 
 `gate RUN` measures a training run's adapter against the live release (`deploy.gate_run`) and
-stores the decision; it works on the database directly, so it needs the service stopped (the
-cycle gates inside the service). It never promotes: `promote ID` does, after reading the table.
+stores the decision: on the database directly (the service stopped), or with `--url` as the
+service's "gate" job. It never promotes: `promote ID` does, after reading the decision.
 """
 
 from __future__ import annotations
@@ -50,14 +50,25 @@ def _fmt(axis: str, value: float | None) -> str:
 @release_app.command("gate")
 def gate_cmd(
     ctx: typer.Context,
-    run_id: str = typer.Argument(..., help="Training run id (see `advisor train list`)."),
+    run_id: str = typer.Argument(..., help="Training run id (see `advisor runs`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as one line of JSON."),
+    url: Optional[str] = typer.Option(None, "--url", help="Gate it in the running service (its job)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url."),
 ) -> None:
     """Measure a training run's adapter against the live release and store the gate's decision."""
     from deploy.gate_run import gate_candidate
     from feedback.store import NotFound
 
     settings = settings_of(ctx)
+    if url:
+        body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/gate/run",
+                            {"params": {"run_id": run_id}})
+        if as_json:
+            print(json.dumps(body))
+        else:
+            err.print(f"started gate job {body.get('job_id')} in the service; its decision is the job's result "
+                      "(GET /api/admin/jobs) and the release's (advisor release list, the Releases panel)")
+        return
     with open_store(settings) as store:
         try:
             with err.status("Gating: answering the gate's prompts with the candidate and the live release…") as status:

@@ -36,6 +36,7 @@ JOB_MODULES = [
     "deploy.jobs_extract",
     "deploy.jobs_train",
     "deploy.jobs_cycle",
+    "deploy.jobs_gate",
 ]
 
 

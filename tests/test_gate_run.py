@@ -107,3 +107,38 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     listed = CliRunner().invoke(build_app(), ["--config", str(config), "release", "list", "--json"])
     assert listed.exit_code == 0, listed.output
     assert {r["id"]: r["status"] for r in json.loads(listed.stdout)}[result["release_id"]] == "rejected"
+
+
+def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_path):
+    """With the service holding the database, `release gate RUN --url` gates inside it (the "gate"
+    job): the decision is the job's result and the release's; nothing is promoted."""
+    import time
+
+    from service_helpers import ADMIN_TOKEN, start_service
+
+    root, run_dir = trained
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE, **{"gate.hh_data": ""})
+    live = start_service(settings)
+    try:
+        store = live.store
+        before = store.live_release()
+        run_id = _succeeded_run(store, run_dir, builtin_model_dir)
+        out = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "release", "gate", run_id,
+                                               "--url", live.url, "--token", ADMIN_TOKEN, "--json"])
+        assert out.exit_code == 0, out.output
+        job_id = json.loads(out.stdout.strip().splitlines()[-1])["job_id"]
+        deadline = time.monotonic() + 600
+        while (job := store.get_job(job_id)).status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(1)
+        assert job.status == "succeeded", job.error
+        release = store.get_release(job.result["release_id"])
+        assert release.run_id == run_id and release.decision["summary"] == job.result["decision"]["summary"]
+        assert store.live_release().id == before.id  # gating never promotes
+        with live.admin() as admin:  # no run id: the job fails saying what it needs
+            bad = admin.post("/api/admin/jobs/gate/run").json()["job_id"]
+        deadline = time.monotonic() + 60
+        while (job := store.get_job(bad)).status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.status == "failed" and "run_id" in job.error
+    finally:
+        live.stop()
