@@ -489,27 +489,25 @@ class Store:
             raise InvalidInput("Message content must be text.")
         msg_id = new_id()
         with self.transaction() as cur:
-            # The conversation and the parent are checked by the insert itself (one statement less
-            # per turn than a lookup first); no row inserted means one of them is missing.
-            inserted = cur.execute(
-                "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "
-                "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM conversations WHERE id = ?) "
-                "AND (? IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?)) "
-                "RETURNING seq, created_at",
-                [msg_id, conversation_id, parent_id, role, content, status,
-                 conversation_id, parent_id, parent_id, conversation_id],
+            # The conversation and the parent checked in one lookup.
+            found = cur.execute(
+                "SELECT title, (? IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?)) "
+                "FROM conversations WHERE id = ?", [parent_id, parent_id, conversation_id, conversation_id]
             ).fetchone()
-            if inserted is None:
-                if not cur.execute("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]).fetchone():
-                    raise NotFound(f"No conversation {conversation_id!r}.")
+            if found is None:
+                raise NotFound(f"No conversation {conversation_id!r}.")
+            if not found[1]:
                 raise NotFound(f"No message {parent_id!r} in this conversation.")
-            seq, created_at = inserted
+            seq, created_at = cur.execute(
+                "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq, created_at",
+                [msg_id, conversation_id, parent_id, role, content, status],
+            ).fetchone()
             if generation is not None:
                 self._insert_generation(cur, msg_id, conversation_id, generation)
             if role == "user":
-                cur.execute("UPDATE conversations SET updated_at = now(), "
-                            "title = CASE WHEN coalesce(title, '') = '' THEN ? ELSE title END WHERE id = ?",
-                            [content[:80], conversation_id])
+                cur.execute("UPDATE conversations SET updated_at = now(), title = ? WHERE id = ?",
+                            [found[0] or content[:80], conversation_id])
         return Message(msg_id, conversation_id, parent_id, role, content, status, seq, created_at,
                        generation=generation)
 
