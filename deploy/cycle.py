@@ -164,7 +164,8 @@ class _Cycle:
     def train(self, job_id: str) -> dict[str, Any]:
         run = start_training(self.store, self.settings, method=self.config.method, backend=self.deps.backend,
                              trigger="cycle", job_id=job_id, safety_filter=self.filter,
-                             eval_fraction=self.config.eval_fraction, overrides=self.config.overrides)
+                             eval_fraction=self.config.eval_fraction, overrides=self.config.overrides,
+                             dataset_dir=self.out / "dataset")
         self.result.run_id = run.id
         if run.status == "failed":
             raise RuntimeError(run.error)

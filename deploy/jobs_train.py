@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from deploy.cli_train import runs_dir, start_point
@@ -57,7 +58,7 @@ def train_overrides(settings: Settings) -> dict[str, Any]:
 def start_training(
     store: Store, settings: Settings, *, method: str, backend: Any = None, trigger: str = "manual",
     job_id: str | None = None, safety_filter: SafetyFilter | None = None, eval_fraction: float = 0.1,
-    overrides: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None, dataset_dir: str | Path | None = None,
 ) -> TrainingRun:
     """Start a run of `method` from the live release (or the base model). Raises `TrainingBusy`.
     Without `safety_filter`, the set is filtered as `schedule.safety_filter` says (the moderator
@@ -71,7 +72,7 @@ def start_training(
     return launch_training(
         store, method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
         parent_release_id=parent, trigger=trigger, overrides={**train_overrides(settings), **(overrides or {})},
-        safety_filter=safety_filter, eval_fraction=eval_fraction, job_id=job_id,
+        safety_filter=safety_filter, eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir,
     )
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -180,6 +181,19 @@ class DatasetCard:
             lines += ["", f"## {title}", ""]
             lines += [f"- {k}: {v}" for k, v in sorted(counts.items())] or ["- (none)"]
         return "\n".join(lines) + "\n"
+
+
+def copy_dataset(src: str | Path, dst: str | Path, kind: str) -> DatasetCard:
+    """Copy a built set (Parquet files and card) into `dst` and return its card: a run trains on
+    exactly the set its caller already built and reported, instead of building another."""
+    src, dst = Path(src), Path(dst)
+    card = read_card(src)
+    if card.kind != kind:
+        raise DatasetError(f"{src} holds a {card.kind} set, not {kind}")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in (TRAIN_FILE, EVAL_FILE, CARD_JSON, CARD_MD):
+        shutil.copy2(src / name, dst / name)
+    return card
 
 
 def read_card(out_dir: Path) -> DatasetCard:

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedback.datasets import DatasetCard, SafetyFilter, build_dataset
+from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
 from feedback.labeller import Labeller
 from feedback.store import Store, TrainingRun
 from trainer.config import config_for
@@ -168,6 +168,7 @@ def launch_training(
     eval_fraction: float = 0.1,
     python: str | None = None,
     job_id: str | None = None,
+    dataset_dir: str | Path | None = None,
 ) -> TrainingRun:
     """Build the `method` training set from the store, snapshot it into `<runs_dir>/<run_id>/`,
     record the run (`training_runs` + a `jobs` row) and start its subprocess.
@@ -175,7 +176,8 @@ def launch_training(
     Raises `TrainingBusy` if a run is in progress. With no training examples, the run is recorded
     as failed with the reason and no subprocess is started. `job_id`: a jobs row the caller
     already made (the service's "train" job, a cycle's train step) to record the run on, so one
-    run is one row.
+    run is one row. `dataset_dir`: a set the caller already built (a cycle's dataset step), copied
+    into the run directory instead of built again, so the run trains on the set it reported.
     """
     runs_dir = Path(runs_dir).resolve()
     ensure_idle(store, runs_dir)
@@ -187,8 +189,10 @@ def launch_training(
         job = store.get_job(job_id) if job_id else store.create_job(
             "train", trigger=trigger, params={"method": method, "run_id": run_id, "base_model": str(base_model),
                                               "start_adapter": start_adapter})
-        card: DatasetCard = build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
-                                          eval_fraction=eval_fraction)
+        card: DatasetCard = (
+            copy_dataset(dataset_dir, run_dir, method) if dataset_dir is not None
+            else build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
+                               eval_fraction=eval_fraction))
         run = store.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=str(base_model), job_id=job.id,
             parent_release_id=parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
