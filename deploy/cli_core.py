@@ -38,6 +38,19 @@ def call_service(url: str, token: str | None, path: str, body: dict | None = Non
     return r.json()
 
 
+def start_service_job(url: str, token: str | None, kind: str, params: dict, *, as_json: bool = False,
+                      what: str | None = None, timeout: float = 120) -> dict:
+    """Start a registered job in the running service (`POST /api/admin/jobs/{kind}/run`) and say
+    so: its id as one JSON line with `as_json`, else a sentence naming `what` it does."""
+    body = call_service(url, token, f"/api/admin/jobs/{kind}/run", {"params": params}, timeout=timeout)
+    if as_json:
+        print(json.dumps(body))
+    else:
+        err.print(f"started {what or kind} job {body.get('job_id')} in the service; follow it in the operator tab "
+                  "or GET /api/admin/jobs")
+    return body
+
+
 def open_store(settings: Settings) -> Store:
     """Open the configured database or exit with the store's own explanation (e.g. who holds the lock)."""
     try:

@@ -47,17 +47,12 @@ def cycle(
     overrides = {k: v for k, v in {"max_steps": max_steps, "learning_rate": learning_rate,
                                    "lora_alpha": lora_alpha}.items() if v is not None}
     if url:
-        from deploy.cli_core import call_service
+        from deploy.cli_core import start_service_job
 
         params = {k: v for k, v in {"method": method.value if method else None,
                                     "safety_filter": False if no_safety_filter else None,
                                     "overrides": overrides or None}.items() if v is not None}
-        body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/cycle/run", {"params": params})
-        if as_json:
-            print(json.dumps(body))
-        else:
-            err.print(f"started cycle job {body.get('job_id')} in the service; follow it in the operator tab "
-                      "or GET /api/admin/jobs")
+        start_service_job(url, token or settings.server.admin_token, "cycle", params, as_json=as_json)
         return
     config = CycleConfig.from_settings(settings, method=method.value if method else None,
                                        safety_filter=False if no_safety_filter else None, overrides=overrides)

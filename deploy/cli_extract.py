@@ -78,12 +78,10 @@ def extract(
         return
     settings = settings_of(ctx)
     if url:
-        from deploy.cli_core import call_service
+        from deploy.cli_core import start_service_job
 
-        body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/extract/run",
-                            {"params": {"extractor": extractor.value}}, timeout=30)
-        err.print(f"started extraction job {body.get('job_id')} in the service; follow it in the operator tab "
-                  "or GET /api/admin/jobs")
+        start_service_job(url, token or settings.server.admin_token, "extract", {"extractor": extractor.value},
+                          what="extraction", timeout=30)
         return
     from deploy.cli_core import open_store
     from feedback.extract import run_extraction

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deploy.cli import settings_of
-from deploy.cli_core import call_service, open_store
+from deploy.cli_core import call_service, open_store, start_service_job
 from deploy.registry import ReleaseError, promote, rollback
 
 err = Console(stderr=True)
@@ -61,13 +61,7 @@ def gate_cmd(
 
     settings = settings_of(ctx)
     if url:
-        body = call_service(url, token or settings.server.admin_token, "/api/admin/jobs/gate/run",
-                            {"params": {"run_id": run_id}})
-        if as_json:
-            print(json.dumps(body))
-        else:
-            err.print(f"started gate job {body.get('job_id')} in the service; its decision is the job's result "
-                      "(GET /api/admin/jobs) and the release's (advisor release list, the Releases panel)")
+        start_service_job(url, token or settings.server.admin_token, "gate", {"run_id": run_id}, as_json=as_json)
         return
     with open_store(settings) as store:
         try:

@@ -34,10 +34,9 @@ def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
         )
         params = {k: v for k, v in job.params.items() if k in ("method", "safety_filter")}
         overrides = job.params.get("overrides") or {}
-        unknown = set(overrides) - CYCLE_OVERRIDES
-        if not isinstance(overrides, dict) or unknown:
+        if not isinstance(overrides, dict) or set(overrides) - CYCLE_OVERRIDES:
             raise ValueError(f"a cycle's training overrides may set {', '.join(sorted(CYCLE_OVERRIDES))}; "
-                             f"got {sorted(unknown) if isinstance(overrides, dict) else overrides!r}")
+                             f"got {overrides!r}")
         config = CycleConfig.from_settings(settings, overrides=overrides, **params)
         result = run_cycle(job.store, settings, config, cycle_id=job.job.id, deps=deps)
         if result.status == "failed":
