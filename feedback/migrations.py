@@ -10,8 +10,13 @@ Design choices:
   writes are serialised in-process, so seq order is commit order.
 - No foreign keys: DuckDB enforces them eagerly enough to make deletes order-sensitive and updates
   costly; the store's API keeps references consistent inside transactions instead.
-- Attribute values and sampling parameters are real columns (not JSON) so training-set queries and
-  the operator's plots can filter and group on them.
+- Since v2 an answer's generation metadata (release, backend, attribute values, sampling parameters,
+  latency, token counts) is one JSON column on its own `messages` row, and `generations` is a view
+  that gives it back as typed columns, so training-set queries and the operator's plots still filter
+  and group on them. Why: the answer is written after its last token, on the turn's critical path,
+  and a one-row DuckDB insert costs about 35 µs per column plus a statement's overhead. v1's two
+  inserts (8 + 22 columns) cost ≈ 2.5 ms; one insert of 9 columns ≈ 1 ms. Reads pay instead: the
+  view parses the JSON (≈ 40 ms per 100k answers).
 """
 
 from __future__ import annotations
@@ -192,6 +197,41 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             promoted_at   TIMESTAMPTZ,
             retired_at    TIMESTAMPTZ
         );
+        """,
+    ),
+    (
+        2,
+        "generation metadata on the answer's message row (one insert per answer)",
+        """
+        ALTER TABLE messages ADD COLUMN generation JSON;  -- NULL for questions
+
+        UPDATE messages SET generation = g.doc
+        FROM (SELECT message_id, to_json({
+                  'release_id': release_id, 'backend': backend, 'model': model, 'adapter': adapter,
+                  'steering': steering, 'helpfulness': helpfulness, 'correctness': correctness,
+                  'coherence': coherence, 'complexity': complexity, 'verbosity': verbosity,
+                  'temperature': temperature, 'top_p': top_p, 'max_new_tokens': max_new_tokens,
+                  'seed': seed, 'latency_ms': latency_ms, 'first_token_ms': first_token_ms,
+                  'prompt_tokens': prompt_tokens, 'completion_tokens': completion_tokens,
+                  'finish_reason': finish_reason, 'error': error
+              }) AS doc FROM generations) g
+        WHERE messages.id = g.message_id;
+
+        DROP TABLE generations;
+
+        -- v1's table, as a view: one row per answer, typed columns.
+        CREATE VIEW generations AS
+        SELECT id AS message_id, conversation_id,
+               unnest(json_transform(generation, '{
+                   "release_id": "VARCHAR", "backend": "VARCHAR", "model": "VARCHAR",
+                   "adapter": "VARCHAR", "steering": "VARCHAR", "helpfulness": "TINYINT",
+                   "correctness": "TINYINT", "coherence": "TINYINT", "complexity": "TINYINT",
+                   "verbosity": "TINYINT", "temperature": "DOUBLE", "top_p": "DOUBLE",
+                   "max_new_tokens": "INTEGER", "seed": "BIGINT", "latency_ms": "DOUBLE",
+                   "first_token_ms": "DOUBLE", "prompt_tokens": "INTEGER",
+                   "completion_tokens": "INTEGER", "finish_reason": "VARCHAR", "error": "VARCHAR"
+               }'))
+        FROM messages WHERE generation IS NOT NULL;
         """,
     ),
 ]

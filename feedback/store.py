@@ -8,6 +8,9 @@ Design choices:
   to the same database). Reads run concurrently under MVCC; writes are serialised by a lock and
   each multi-row write is one explicit transaction, so a crash leaves all of it or none of it.
   Serialised writes also make `messages.seq` commit-ordered, which the extraction watermark needs.
+- An answer is written after its last token, so it is one statement: an INSERT whose point
+  lookups check the parent, carrying its generation metadata as JSON on its own row (migration 2),
+  committed on its own. DuckDB charges per statement and per column, not per byte.
 - A write that returned is committed: DuckDB has written it to its WAL, which is replayed on the
   next open, so SIGKILL loses nothing acknowledged.
 - Rows come back as small frozen dataclasses; callers never see DuckDB tuples.
@@ -16,11 +19,12 @@ Design choices:
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -104,7 +108,8 @@ class Conversation:
 
 @dataclass(frozen=True)
 class GenerationMeta:
-    """What produced an assistant message. Stored in `generations`, one row per answer."""
+    """What produced an assistant message. Stored as JSON on the answer's own `messages` row
+    (`generation`), read back typed through the `generations` view (migration 2)."""
 
     backend: str
     model: str
@@ -122,6 +127,25 @@ class GenerationMeta:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+
+
+    def to_json(self) -> str:
+        """The `messages.generation` document: the `generations` view's columns, flat."""
+        doc = {name: getattr(self, name) for name in _GENERATION_FIELDS}
+        doc.update(self.attributes.as_dict())
+        # JSON has no NaN/inf: a broken timer must not make the answer unstorable.
+        return json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in doc.items()})
+
+    @classmethod
+    def from_json(cls, text: str | dict) -> "GenerationMeta":
+        doc = _json(text)
+        attributes = Attributes(**{n: int(doc[n]) for n in ATTRIBUTE_NAMES})
+        return cls(attributes=attributes, **{name: doc.get(name) for name in _GENERATION_FIELDS})
+
+
+_GENERATION_FIELDS = ("backend", "model", "steering", "release_id", "adapter", "temperature", "top_p",
+                      "max_new_tokens", "seed", "latency_ms", "first_token_ms", "prompt_tokens",
+                      "completion_tokens", "finish_reason", "error")
 
 
 @dataclass(frozen=True)
@@ -208,13 +232,7 @@ class TrainingRun:
     finished_at: datetime | None
 
 
-_MESSAGE_COLUMNS = "m.id, m.conversation_id, m.parent_id, m.role, m.content, m.status, m.seq, m.created_at"
-_GENERATION_COLUMNS = (
-    "g.backend, g.model, g.steering, g.release_id, g.adapter, "
-    + ", ".join(f"g.{n}" for n in ATTRIBUTE_NAMES)
-    + ", g.temperature, g.top_p, g.max_new_tokens, g.seed, g.latency_ms, g.first_token_ms, "
-    "g.prompt_tokens, g.completion_tokens, g.finish_reason, g.error"
-)
+_MESSAGE_COLUMNS = "m.id, m.conversation_id, m.parent_id, m.role, m.content, m.status, m.seq, m.created_at, m.generation"
 _JOB_COLUMNS = "id, kind, trigger, status, params, result, error, parent_id, created_at, started_at, finished_at"
 _RELEASE_COLUMNS = "id, run_id, adapter_path, base_model, status, decision, created_at, promoted_at, retired_at"
 _RUN_COLUMNS = (
@@ -230,19 +248,8 @@ def _json(value: Any) -> dict:
 
 
 def _message_from_row(row: Sequence) -> Message:
-    base, gen = row[:8], row[8:]
-    generation = None
-    if gen and gen[0] is not None:
-        backend, model, steering, release_id, adapter = gen[:5]
-        attrs = Attributes(**dict(zip(ATTRIBUTE_NAMES, (int(v) for v in gen[5:10]))))
-        rest = gen[10:]
-        generation = GenerationMeta(
-            backend=backend, model=model, steering=steering, release_id=release_id, adapter=adapter,
-            attributes=attrs, temperature=rest[0], top_p=rest[1], max_new_tokens=rest[2], seed=rest[3],
-            latency_ms=rest[4], first_token_ms=rest[5], prompt_tokens=rest[6],
-            completion_tokens=rest[7], finish_reason=rest[8], error=rest[9],
-        )
-    return Message(*base, generation=generation)
+    *base, generation = row
+    return Message(*base, generation=GenerationMeta.from_json(generation) if generation is not None else None)
 
 
 def _job_from_row(row: Sequence) -> Job:
@@ -479,53 +486,44 @@ class Store:
         self, conversation_id: str, role: str, content: str, *, parent_id: str | None = None,
         status: str = "complete", generation: GenerationMeta | None = None,
     ) -> Message:
-        """Store one message (and, for an answer, its generation metadata) in one transaction.
+        """Store one message, an answer with its generation metadata, as one guarded insert.
 
-        A conversation's `updated_at` is the time of its latest question: answers do not touch it
-        (they follow their question within seconds, and one UPDATE less per turn is measurable)."""
+        The existence check (the parent in this conversation, or the conversation) rides in the
+        INSERT as point lookups, so an answer, written after its last token, costs one statement
+        in autocommit: no separate lookup, no BEGIN/COMMIT round trips. A question also updates its
+        conversation (`updated_at`, and the title if it has none), in one transaction with it;
+        answers leave the conversation alone (one UPDATE less per turn)."""
         if role not in ("system", "user", "assistant"):
             raise InvalidInput(f"Unknown role {role!r}.")
         if not isinstance(content, str):
             raise InvalidInput("Message content must be text.")
         msg_id = new_id()
-        with self.transaction() as cur:
-            # The conversation and the parent checked in one lookup.
-            found = cur.execute(
-                "SELECT title, (? IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?)) "
-                "FROM conversations WHERE id = ?", [parent_id, parent_id, conversation_id, conversation_id]
-            ).fetchone()
-            if found is None:
-                raise NotFound(f"No conversation {conversation_id!r}.")
-            if not found[1]:
-                raise NotFound(f"No message {parent_id!r} in this conversation.")
-            seq, created_at = cur.execute(
-                "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "
-                "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq, created_at",
-                [msg_id, conversation_id, parent_id, role, content, status],
-            ).fetchone()
-            if generation is not None:
-                self._insert_generation(cur, msg_id, conversation_id, generation)
+        if parent_id is None:
+            guard, guard_params = "(SELECT id FROM conversations WHERE id = ?) IS NOT NULL", [conversation_id]
+        else:
+            guard, guard_params = "(SELECT conversation_id FROM messages WHERE id = ?) = ?", [parent_id, conversation_id]
+        sql = ("INSERT INTO messages (id, conversation_id, parent_id, role, content, status, generation) "
+               f"SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard} RETURNING seq, created_at")
+        params = [msg_id, conversation_id, parent_id, role, content, status,
+                  generation.to_json() if generation is not None else None, *guard_params]
+        with self._write_lock, (self.transaction() if role == "user" else nullcontext()):
+            cur = self._cursor()
+            inserted = cur.execute(sql, params).fetchone()
+            if inserted is None:
+                self._raise_missing(conversation_id, parent_id)
             if role == "user":
-                cur.execute("UPDATE conversations SET updated_at = now(), title = ? WHERE id = ?",
-                            [found[0] or content[:80], conversation_id])
+                cur.execute("UPDATE conversations SET updated_at = now(), "
+                            "title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
+                            [content[:80], conversation_id])
+        seq, created_at = inserted
         return Message(msg_id, conversation_id, parent_id, role, content, status, seq, created_at,
                        generation=generation)
 
-    @staticmethod
-    def _insert_generation(
-        cur: duckdb.DuckDBPyConnection, message_id: str, conversation_id: str, g: GenerationMeta
-    ) -> None:
-        attrs = g.attributes.as_dict()
-        cur.execute(
-            "INSERT INTO generations (message_id, conversation_id, release_id, backend, model, adapter, steering, "
-            + ", ".join(ATTRIBUTE_NAMES)
-            + ", temperature, top_p, max_new_tokens, seed, latency_ms, first_token_ms, prompt_tokens, "
-            "completion_tokens, finish_reason, error) VALUES (" + ", ".join(["?"] * 22) + ")",
-            [message_id, conversation_id, g.release_id, g.backend, g.model, g.adapter, g.steering,
-             *(attrs[n] for n in ATTRIBUTE_NAMES),
-             g.temperature, g.top_p, g.max_new_tokens, g.seed, g.latency_ms, g.first_token_ms,
-             g.prompt_tokens, g.completion_tokens, g.finish_reason, g.error],
-        )
+    def _raise_missing(self, conversation_id: str, parent_id: str | None) -> None:
+        """Which reference an insert's guard found missing, as the error the user sees."""
+        if not self._cursor().execute("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]).fetchone():
+            raise NotFound(f"No conversation {conversation_id!r}.")
+        raise NotFound(f"No message {parent_id!r} in this conversation.")
 
     def get_message(self, message_id: str, *, user_id: str | None = None) -> Message:
         row = self._cursor().execute(
@@ -537,26 +535,15 @@ class Store:
             row = None
         if row is None:
             raise NotFound(f"No message {message_id!r} for this user.")
-        gen = self._cursor().execute(
-            f"SELECT {_GENERATION_COLUMNS} FROM generations g WHERE g.message_id = ?", [message_id]
-        ).fetchone()
-        return _message_from_row(tuple(row) + tuple(gen or ()))
+        return _message_from_row(row)
 
     def get_messages(self, conversation_id: str) -> list[Message]:
-        """Every message of the conversation tree, oldest first. Two index lookups (messages and
-        generations by conversation) joined here: a SQL join would scan all generations."""
-        cur = self._cursor()
-        rows = cur.execute(
+        """Every message of the conversation tree, oldest first: one index lookup."""
+        rows = self._cursor().execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.seq",
             [conversation_id],
         ).fetchall()
-        gens = {
-            r[0]: r[1:] for r in cur.execute(
-                f"SELECT g.message_id, {_GENERATION_COLUMNS} FROM generations g WHERE g.conversation_id = ?",
-                [conversation_id],
-            ).fetchall()
-        }
-        return [_message_from_row(tuple(r) + tuple(gens.get(r[0], ()))) for r in rows]
+        return [_message_from_row(r) for r in rows]
 
     def thread(self, conversation_id: str, leaf_id: str | None = None) -> list[Message]:
         """The path from the root to `leaf_id` (default: the current branch — at each fork the
@@ -856,7 +843,8 @@ class Store:
             ("ratings", f"DELETE FROM ratings WHERE user_id = $u OR message_id IN ({own_msgs})"),
             ("sibling_choices", f"DELETE FROM sibling_choices WHERE user_id = $u OR message_id IN ({own_msgs})"),
             ("feedback_events", f"DELETE FROM feedback_events WHERE conversation_id IN ({own_convs})"),
-            ("generations", f"DELETE FROM generations WHERE conversation_id IN ({own_convs})"),
+            # Generation metadata lives on the answers' rows: counted here, deleted with them.
+            ("generations", f"SELECT count(*) FROM generations WHERE conversation_id IN ({own_convs})"),
             ("messages", f"DELETE FROM messages WHERE conversation_id IN ({own_convs})"),
             ("conversations", "DELETE FROM conversations WHERE user_id = $u"),
             ("users", "DELETE FROM users WHERE id = $u"),

@@ -42,6 +42,76 @@ def test_generation_metadata_round_trip(store):
     assert store.get_conversation(conv.id).title == "How do I sleep better?"
 
 
+def test_generation_metadata_reads_typed_through_the_view(store):
+    """Since migration 2 the metadata is JSON on the answer's row; `generations` gives it typed."""
+    conv, q, a = _turn(store, "alice", "Q", "A")
+    row = store.query("SELECT message_id, conversation_id, verbosity, temperature, completion_tokens, "
+                      "finish_reason, typeof(verbosity) FROM generations")
+    assert row == [(a.id, conv.id, 2, 0.7, 5, "stop", "TINYINT")]
+    assert store.query("SELECT count(*) FROM messages WHERE generation IS NOT NULL") == [(1,)]
+
+
+def test_hostile_error_text_and_a_broken_timer_are_stored(store):
+    conv = store.create_conversation("alice")
+    q = store.add_message(conv.id, "user", "Q")
+    meta = GenerationMeta(backend="b", model="m", attributes=Attributes(), latency_ms=float("nan"),
+                          error='"}, "verbosity": 0 \\ \u0000 \'); DROP TABLE messages; --', finish_reason="error")
+    a = store.add_message(conv.id, "assistant", "", parent_id=q.id, status="error", generation=meta)
+    got = store.get_message(a.id).generation
+    assert got.error == meta.error and got.latency_ms is None and got.attributes == Attributes()
+
+
+def test_answer_to_a_missing_parent_or_conversation_writes_nothing(store):
+    conv, q, a = _turn(store, "alice", "Q", "A")
+    other, oq, _ = _turn(store, "bob", "Q2", "A2")
+    before = store.query("SELECT count(*) FROM messages")
+    with pytest.raises(NotFound, match="No message"):
+        _answer(store, conv.id, oq.id, "crossed")  # a parent from another conversation
+    with pytest.raises(NotFound, match="No conversation"):
+        _answer(store, "nope", q.id, "orphan")
+    with pytest.raises(NotFound, match="No conversation"):
+        store.add_message("nope", "user", "orphan")
+    assert store.query("SELECT count(*) FROM messages") == before
+
+
+def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
+    """A file written by schema v1 (metadata in a `generations` table) opens as the latest
+    version with every answer's metadata on its row, readable as before."""
+    import duckdb
+
+    from feedback.migrations import MIGRATIONS
+
+    path = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
+                "applied_at TIMESTAMPTZ DEFAULT now())")
+    con.execute(MIGRATIONS[0][2])
+    con.execute("INSERT INTO schema_version (version, description) VALUES (1, 'initial schema')")
+    con.execute("INSERT INTO users (id, name) VALUES ('alice', 'alice')")
+    con.execute("INSERT INTO conversations (id, user_id, title) VALUES ('c1', 'alice', 'Q')")
+    con.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content) VALUES "
+                "('q1', 'c1', NULL, 'user', 'Q'), ('a1', 'c1', 'q1', 'assistant', 'A')")
+    con.execute("INSERT INTO generations (message_id, conversation_id, release_id, backend, model, adapter, "
+                "steering, helpfulness, correctness, coherence, complexity, verbosity, temperature, top_p, "
+                "max_new_tokens, seed, latency_ms, first_token_ms, prompt_tokens, completion_tokens, "
+                "finish_reason, error) VALUES ('a1', 'c1', 'r1', 'builtin', 'm', 'ad', 'steerlm', 4, 3, 2, 1, 0, "
+                "0.5, 0.9, 64, 7, 120.5, 10.25, 30, 47, 'length', NULL)")
+    con.close()
+    with Store(path) as s:
+        assert s.schema_version() == LATEST_VERSION
+        g = s.get_message("a1").generation
+        assert g == GenerationMeta(backend="builtin", model="m", steering="steerlm", release_id="r1", adapter="ad",
+                                   attributes=Attributes(helpfulness=4, correctness=3, coherence=2, complexity=1,
+                                                         verbosity=0),
+                                   temperature=0.5, top_p=0.9, max_new_tokens=64, seed=7, latency_ms=120.5,
+                                   first_token_ms=10.25, prompt_tokens=30, completion_tokens=47,
+                                   finish_reason="length", error=None)
+        assert s.get_message("q1").generation is None
+        assert s.query("SELECT release_id, verbosity FROM generations") == [("r1", 0)]
+        assert s.forget_user("alice")["generations"] == 1
+        assert s.query("SELECT count(*) FROM generations") == [(0,)]
+
+
 def test_regenerate_makes_siblings_and_choice_picks_branch(store):
     conv, q, a1 = _turn(store, "alice", "Q", "first")
     a2 = _answer(store, conv.id, q.id, "second")
