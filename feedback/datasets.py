@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import math
+import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field

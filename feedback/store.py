@@ -24,8 +24,8 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,6 @@ class GenerationMeta:
     finish_reason: str | None = None
     error: str | None = None
 
-
     def to_json(self) -> str:
         """The `messages.generation` document: the `generations` view's columns, flat."""
         doc = {name: getattr(self, name) for name in _GENERATION_FIELDS}
@@ -143,9 +142,8 @@ class GenerationMeta:
         return cls(attributes=attributes, **{name: doc.get(name) for name in _GENERATION_FIELDS})
 
 
-_GENERATION_FIELDS = ("backend", "model", "steering", "release_id", "adapter", "temperature", "top_p",
-                      "max_new_tokens", "seed", "latency_ms", "first_token_ms", "prompt_tokens",
-                      "completion_tokens", "finish_reason", "error")
+# Every field but `attributes`, whose five values the JSON document holds flat beside them.
+_GENERATION_FIELDS = tuple(f.name for f in fields(GenerationMeta) if f.name != "attributes")
 
 
 @dataclass(frozen=True)
@@ -506,7 +504,8 @@ class Store:
                f"SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard} RETURNING seq, created_at")
         params = [msg_id, conversation_id, parent_id, role, content, status,
                   generation.to_json() if generation is not None else None, *guard_params]
-        with self._write_lock, (self.transaction() if role == "user" else nullcontext()):
+        # A question's insert and UPDATE form one transaction; an answer's insert commits alone.
+        with self.transaction() if role == "user" else self._write_lock:
             cur = self._cursor()
             inserted = cur.execute(sql, params).fetchone()
             if inserted is None:
@@ -844,7 +843,8 @@ class Store:
             ("sibling_choices", f"DELETE FROM sibling_choices WHERE user_id = $u OR message_id IN ({own_msgs})"),
             ("feedback_events", f"DELETE FROM feedback_events WHERE conversation_id IN ({own_convs})"),
             # Generation metadata lives on the answers' rows: counted here, deleted with them.
-            ("generations", f"SELECT count(*) FROM generations WHERE conversation_id IN ({own_convs})"),
+            ("generations", f"SELECT count(*) FROM messages WHERE generation IS NOT NULL "
+                            f"AND conversation_id IN ({own_convs})"),
             ("messages", f"DELETE FROM messages WHERE conversation_id IN ({own_convs})"),
             ("conversations", "DELETE FROM conversations WHERE user_id = $u"),
             ("users", "DELETE FROM users WHERE id = $u"),
