@@ -250,8 +250,8 @@ def main() -> int:
     from chat.backends import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
     from chat.builtin.build import build_builtin_model
-    from deploy.service import create_app
     from deploy.settings import load_settings
+    from deploy.wiring import create_app
     from feedback.attributes import Attributes
     from feedback.store import Store
 

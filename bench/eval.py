@@ -35,12 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _machine import cpu_model  # noqa: E402
+
 from evaluator.hh import evaluate_hh  # noqa: E402
 from evaluator.hh_data import load_hh  # noqa: E402
 from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer, encode_rows  # noqa: E402
-
-
-from _machine import cpu_model  # noqa: E402
 
 
 def machine() -> dict:

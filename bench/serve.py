@@ -62,8 +62,8 @@ def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
     """The advisor service (FastAPI + uvicorn, no UI) on `backend`, on a free port; yields (url, store)."""
     import uvicorn
 
-    from deploy.service import create_app
     from deploy.settings import load_settings
+    from deploy.wiring import create_app
     from feedback.store import Store
 
     settings = load_settings(environ={}, overrides={
@@ -124,7 +124,14 @@ def vllm_endpoint(args, model_dir: Path) -> Iterator[tuple[str, str]]:
         return
     import socket
 
-    from deploy.vllm import VLLMServerConfig, find_vllm_python, has_nvidia_gpu, start_server, stop_server, wait_healthy
+    from deploy.serving.vllm import (
+        VLLMServerConfig,
+        find_vllm_python,
+        has_nvidia_gpu,
+        start_server,
+        stop_server,
+        wait_healthy,
+    )
 
     gpu = has_nvidia_gpu()
     with socket.socket() as s:

@@ -81,7 +81,7 @@ class SafetyFilter(Protocol):
 
 class AcceptEverythingFilter:
     """Flags nothing: the filter of a build whose safety filter is switched off
-    (`--no-safety-filter`) or not given. The moderator-backed filter is made in `deploy.safety`
+    (`--no-safety-filter`) or not given. The moderator-backed filter is made in `deploy.loop.safety`
     (`feedback` may not import the evaluator). Named for what it does so no dataset card can
     pass it off as moderation."""
 
@@ -535,7 +535,7 @@ def build_dataset(
 
     Writes train/eval Parquet and the dataset card (JSON + Markdown); returns the card.
     `safety_filter` defaults to `AcceptEverythingFilter` (nothing moderated) — the card says so;
-    `deploy.safety.make_safety_filter` gives the moderator-backed one.
+    `deploy.loop.safety.make_safety_filter` gives the moderator-backed one.
     """
     if kind not in KINDS:
         raise DatasetError(f"unknown dataset kind {kind!r}; choose one of {', '.join(KINDS)}")

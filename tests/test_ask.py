@@ -4,7 +4,6 @@ like the web app's; on the built-in model, verbosity really changes answer lengt
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from deploy.cli import build_app
+from deploy.wiring import build_cli
 from feedback.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def app():
-    return build_app()
+    return build_cli()
 
 
 def invoke(app, data_dir: Path, *args: str, env: dict | None = None, input: str | None = None):
@@ -187,7 +186,7 @@ def test_verbosity_changes_answer_length_and_every_turn_is_exported(app, tmp_pat
 
 def test_make_backend_follows_the_settings(tiny_model_dir, tmp_path):
     from chat.backends import OpenAICompatibleBackend, TransformersBackend
-    from deploy.backends import make_backend, sampling_params
+    from deploy.serving.factory import make_backend, sampling_params
     from deploy.settings import SettingsError, load_settings
 
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path), "backend.kind": "transformers",
@@ -209,7 +208,7 @@ def test_make_backend_follows_the_settings(tiny_model_dir, tmp_path):
 def test_building_the_model_shows_a_progress_bar(app, tmp_path, tiny_model_dir, monkeypatch):
     """The first `ask` on a fresh data dir builds the built-in model behind a Rich progress bar.
     The build itself is minutes, so here it is the tiny model reporting three training steps."""
-    import deploy.cli_chat as cli_chat
+    import deploy.cli.chat as cli_chat
     from chat.backends import TransformersBackend
 
     def fake_build(settings, progress=None):

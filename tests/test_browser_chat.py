@@ -8,14 +8,14 @@ Screenshots of the main screens go to the test output directory.
 from __future__ import annotations
 
 import re
-import time
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
 from service_helpers import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, start_service, tiny_settings
 
-from deploy.auth import COOKIE_NAME
+from deploy.service.auth import COOKIE_NAME
 
 pytestmark = [
     pytest.mark.browser,

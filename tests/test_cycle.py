@@ -12,21 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from deploy.cli import build_app
-from chat.ui_panel_cycle import cycle_markdown, metrics_frame
-from chat.ui_panel_training import loss_frame
-from chat.ui_panel_training import status_markdown as training_markdown
-from deploy.cycle import STEPS, last_cycle
-from deploy.panel_cycle import cycle_view
-from deploy.panel_training import training_status
-from deploy.registry import ensure_base_release
-from deploy.settings import load_settings
-from feedback.attributes import Attributes
-from feedback.store import GenerationMeta, Store
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 from test_trainer_runs import _populate
+from typer.testing import CliRunner
+
+from deploy.loop.cycle import STEPS, last_cycle
+from deploy.operator.cycle import cycle_markdown, cycle_view, metrics_frame
+from deploy.operator.training import loss_frame, training_status
+from deploy.operator.training import status_markdown as training_markdown
+from deploy.release.registry import ensure_base_release
+from deploy.settings import load_settings
+from deploy.wiring import build_cli
+from feedback.attributes import Attributes
+from feedback.store import GenerationMeta, Store
 
 # Any score passes (HH accuracy is not measured without gate.hh_data: it has no floor by default).
 WIDE_OPEN = {"gate.harmlessness.floor": 0.0, **{f"gate.{axis}.tolerance": 1.0 for axis in
@@ -43,7 +41,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
                           generation=GenerationMeta(backend="test", model="some-base-model",
                                                                 attributes=Attributes()))
 
-    result = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path), "cycle", "--json"],
+    result = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path), "cycle", "--json"],
                                 catch_exceptions=False)
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout.strip().splitlines()[-1])
@@ -78,7 +76,7 @@ def _wait_job(client, job_id: str, timeout: float = 900) -> dict:
 
 @pytest.mark.slow
 def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_dir):
-    from deploy.simulate import Preference, SimulationConfig, simulate
+    from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     settings = tiny_settings(tmp_path, tiny_model_dir, **{
         "schedule.train_max_steps": 3, "schedule.train_method": "kto", "gate.hh_data": "",
@@ -141,7 +139,7 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
 def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_model_dir):
     live = start_service(tiny_settings(tmp_path, tiny_model_dir))
     try:
-        result = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
+        result = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
                                                   "--token", ADMIN_TOKEN, "--method", "dpo", "--no-safety-filter",
                                                   "--max-steps", "5", "--lr", "1e-3", "--lora-alpha", "64",
                                                   "--json"], catch_exceptions=False)
@@ -157,7 +155,7 @@ def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_mode
             bad = admin.post("/api/admin/jobs/cycle/run", json={"params": {"overrides": {"base_model": "x"}}})
             job = _wait_job(admin, bad.json()["job_id"], timeout=300)
         assert job["status"] == "failed" and "may set" in job["error"] and "base_model" in job["error"]
-        refused = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
+        refused = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
                                                    "--token", "wrong"])
         assert refused.exit_code == 1 and "refused (401)" in refused.output
     finally:

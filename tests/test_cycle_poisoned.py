@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cycle import CycleConfig, run_recorded_cycle
-from deploy.safety import make_safety_filter
-from deploy.registry import ensure_base_release
+from deploy.loop.cycle import CycleConfig, run_recorded_cycle
+from deploy.loop.safety import make_safety_filter
+from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from evaluator.moderation import RISKY_PROMPTS, load_safety_examples
 from feedback.attributes import Attributes
@@ -28,7 +28,7 @@ from feedback.store import GenerationMeta, Store
 pytestmark = pytest.mark.slow
 
 N_SAFE, N_UNSAFE = 43, 7  # 7 / 50 = 14% of the desirable examples
-QUESTIONS = Path(__file__).resolve().parents[1] / "deploy" / "simulated_questions.jsonl"
+QUESTIONS = Path(__file__).resolve().parents[1] / "deploy" / "loop" / "simulated_questions.jsonl"
 
 
 def _liked_turn(store: Store, user: str, question: str, answer: str, model: str) -> None:

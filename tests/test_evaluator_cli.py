@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from deploy.cli import build_app
+from deploy.wiring import build_cli
 from evaluator.hh_data import SUBSETS
 
 
@@ -37,7 +37,7 @@ def hh_dir(tmp_path):
 
 
 def test_eval_hh_json_is_one_line_with_every_key(tmp_path, tiny_model_dir):
-    result = CliRunner().invoke(build_app(), ["eval", "hh", "--model", str(tiny_model_dir), "--data", str(hh_dir(tmp_path)),
+    result = CliRunner().invoke(build_cli(), ["eval", "hh", "--model", str(tiny_model_dir), "--data", str(hh_dir(tmp_path)),
                                               "--limit", "2", "--json", "--threads", "1"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stdout.splitlines() if line.strip()]
@@ -50,7 +50,7 @@ def test_eval_hh_json_is_one_line_with_every_key(tmp_path, tiny_model_dir):
 
 
 def test_eval_hh_explains_bad_arguments(tmp_path, tiny_model_dir):
-    app = build_app()
+    app = build_cli()
     missing = CliRunner().invoke(app, ["eval", "hh", "--model", str(tiny_model_dir), "--data", str(tmp_path)])
     assert missing.exit_code == 2 and "test.jsonl.gz" in missing.output
     implicit = CliRunner().invoke(app, ["eval", "hh", "--model", str(tiny_model_dir), "--data", str(hh_dir(tmp_path)),

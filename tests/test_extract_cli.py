@@ -6,12 +6,12 @@ import json
 
 from typer.testing import CliRunner
 
-from deploy.cli import build_app
+from deploy.wiring import build_cli
 from feedback.store import Store
 
 
 def _invoke(tmp_path, *args):
-    return CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path), *args], catch_exceptions=False)
+    return CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path), *args], catch_exceptions=False)
 
 
 def test_extract_runs_once_and_records_a_job(tmp_path):

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from feedback.data import make_dev_gold
-from feedback.extract import FastConfig, FastExtractor, Window, evaluate, load_gold, predict, windows_of
-from feedback.extract import cues
+from feedback.extract import FastConfig, FastExtractor, Window, cues, evaluate, load_gold, predict, windows_of
 from feedback.extract.fast import TUNED_PATH
 from feedback.extract.gold import SHIPPED_GOLD, GoldFormatError
 from feedback.taxonomy import CATEGORY_IDS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.gate import decide
+from deploy.release.gate import decide
 from deploy.settings import AxisPolicy, GateSettings
 
 LIVE = {"helpfulness": 0.50, "harmlessness": 0.95, "hh_accuracy": 0.55, "self_bleu": 0.30}

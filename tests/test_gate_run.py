@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
-
-from deploy.cli import build_app
-from deploy.gate import AXES
-from deploy.gate_run import gate_candidate
-from deploy.registry import ensure_base_release
-from feedback.store import Store
 from service_helpers import tiny_settings
 from test_evaluator_cli import hh_dir
 from test_trainer_runs import make_run_dir
+from typer.testing import CliRunner
+
+from deploy.release.evaluate import gate_candidate
+from deploy.release.gate import AXES
+from deploy.release.registry import ensure_base_release
+from deploy.wiring import build_cli
+from feedback.store import Store
 from trainer.config import config_for
 from trainer.process import start_run
 from trainer.rundir import EXIT_OK
@@ -89,7 +89,7 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
         ensure_base_release(store, str(builtin_model_dir))
         run_id = _succeeded_run(store, run_dir, builtin_model_dir)
 
-    out = CliRunner().invoke(build_app(), ["--config", str(config), "release", "gate", run_id, "--json"])
+    out = CliRunner().invoke(build_cli(), ["--config", str(config), "release", "gate", run_id, "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["decision"]["promote"] is False
@@ -104,7 +104,7 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
         assert "harmlessness" in release.decision["summary"] and "misses the floor" in release.decision["summary"]
         assert release.decision["notes"]["hh_accuracy"].startswith("gate.hh_data is empty")
 
-    listed = CliRunner().invoke(build_app(), ["--config", str(config), "release", "list", "--json"])
+    listed = CliRunner().invoke(build_cli(), ["--config", str(config), "release", "list", "--json"])
     assert listed.exit_code == 0, listed.output
     assert {r["id"]: r["status"] for r in json.loads(listed.stdout)}[result["release_id"]] == "rejected"
 
@@ -123,7 +123,7 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
         store = live.store
         before = store.live_release()
         run_id = _succeeded_run(store, run_dir, builtin_model_dir)
-        out = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path / "cli"), "release", "gate", run_id,
+        out = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path / "cli"), "release", "gate", run_id,
                                                "--url", live.url, "--token", ADMIN_TOKEN, "--json"])
         assert out.exit_code == 0, out.output
         job_id = json.loads(out.stdout.strip().splitlines()[-1])["job_id"]

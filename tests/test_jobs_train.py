@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-
-from chat.ui_operator import PanelContext
-from deploy.cli_train import runs_dir
-from deploy.panel_training import operator_panel as training_panel
+from conftest import test_cache_dir as cache_dir
 from service_helpers import start_service, tiny_settings
 from test_trainer_runs import _populate, wait_until
+
+from deploy.loop.training import runs_dir
+from deploy.operator.screen import PanelContext
+from deploy.operator.training import operator_panel as training_panel
+from feedback.datasets import read_card
 from trainer.launch import cancel_training, launch_training
 from trainer.rundir import read_progress
-from conftest import test_cache_dir as cache_dir
-from feedback.datasets import read_card
 
 MAX_STEPS = 3
 

@@ -2,7 +2,7 @@
 and issue 6's "a cycle on simulated feedback promotes a candidate that improves").
 
 Per preference (users who want short answers, and the reverse, users who want long ones):
-simulated users chat with the real service over HTTP (deploy.simulate) → the service's
+simulated users chat with the real service over HTTP (deploy.loop.simulate) → the service's
 extraction job mines their reactions → `launch_training` builds the KTO set (with the moderator
 as the safety filter, as `advisor train` does) and trains a LoRA adapter on it, and an operator's
 cycle (`run_recorded_cycle`, as `advisor cycle` runs it: extract → DPO set → train → gate →
@@ -36,11 +36,11 @@ import statistics
 import time
 
 import pytest
-
 from conftest import test_cache_dir as cache_dir
 from conftest import test_output_dir as output_dir
-from deploy.simulate import ReactionRates
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
+
+from deploy.loop.simulate import ReactionRates
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -128,7 +128,7 @@ def _sampled_pairs(model, tok) -> list[dict]:
 
 def held_out_pairs(samples: list[dict], prefer: str) -> list[dict]:
     """The pairs a user with this preference would decide: (chosen, rejected) by their score."""
-    from deploy.simulate import Preference
+    from deploy.loop.simulate import Preference
 
     judge = Preference(prefer, length_words=LENGTH_WORDS)
     pairs = []
@@ -167,11 +167,11 @@ def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
 
 @pytest.fixture(scope="module", params=["short", "long"])
 def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
-    from deploy.cycle import CycleConfig, run_recorded_cycle
-    from deploy.evaluators import moderator_dir
-    from deploy.registry import ensure_base_release
-    from deploy.safety import make_safety_filter
-    from deploy.simulate import Preference, SimulationConfig, simulate
+    from deploy.loop.cycle import CycleConfig, run_recorded_cycle
+    from deploy.loop.safety import make_safety_filter
+    from deploy.loop.simulate import Preference, SimulationConfig, simulate
+    from deploy.release.registry import ensure_base_release
+    from deploy.release.scorers import moderator_dir
     from feedback.datasets import read_card
     from feedback.store import Store
     from trainer.launch import launch_training, poll_training

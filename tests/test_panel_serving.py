@@ -9,11 +9,10 @@ from pathlib import Path
 from service_helpers import down_settings
 
 from chat.backends import OpenAICompatibleBackend
-from chat.ui_panel_serving import ServingPanel, serving_markdown
-from deploy.metrics import Metrics
-from deploy.panel_serving import serving_state
-from deploy.panels import operator_panels
-from deploy.service import Services
+from deploy.wiring import operator_panels
+from deploy.operator.serving import ServingPanel, serving_markdown, serving_state
+from deploy.service.state import Services
+from deploy.service.metrics import Metrics
 
 
 def down_services(tmp_path: Path) -> Services:
@@ -45,7 +44,7 @@ def test_live_adapter_missing_from_the_server_is_flagged():
 def test_panel_is_registered_and_builds(tmp_path):
     import gradio as gr
 
-    from chat.ui_operator import PanelContext
+    from deploy.operator.screen import PanelContext
 
     services = down_services(tmp_path)
     builders = [b for b in operator_panels(services) if isinstance(b, ServingPanel)]

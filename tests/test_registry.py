@@ -4,10 +4,10 @@ or broken release never goes live."""
 from __future__ import annotations
 
 import pytest
+from vllm_fixtures import make_random_lora
 
 from chat.backends import SamplingParams, TransformersBackend
-from deploy.registry import ReleaseError, ensure_base_release, promote, register_candidate, rollback
-from vllm_fixtures import make_random_lora
+from deploy.release.registry import ReleaseError, ensure_base_release, promote, register_candidate, rollback
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 QUESTION = [{"role": "user", "content": "How do I sleep better?"}]

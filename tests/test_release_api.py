@@ -4,12 +4,12 @@ answers name the release that produced them, and `advisor release promote/rollba
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
-
-from deploy.cli import build_app
-from deploy.registry import register_candidate
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
+from typer.testing import CliRunner
 from vllm_fixtures import make_random_lora
+
+from deploy.release.registry import register_candidate
+from deploy.wiring import build_cli
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_rejected_release_is_refused_with_the_gate_reason_unless_forced(svc, tin
 def test_cli_promote_and_rollback_with_url(svc, tiny_model_dir, tmp_path):
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=14)
-    app = build_app()
+    app = build_cli()
     out = CliRunner().invoke(app, ["release", "promote", cand.id, "--url", svc.url, "--token", ADMIN_TOKEN])
     assert out.exit_code == 0, out.output
     assert f"live: {cand.id}" in out.output and svc.services.release_id == cand.id
@@ -103,10 +103,10 @@ def test_cli_promote_and_rollback_with_url(svc, tiny_model_dir, tmp_path):
 def test_releases_panel_shows_the_gate_and_checks_admin_on_every_click(svc, tiny_model_dir, tmp_path):
     import gradio as gr
 
-    from chat.ui_operator import PanelContext
-    from chat.ui_panel_releases import ReleasesPanel
-    from deploy.auth import Identity
-    from deploy.panels import operator_panels
+    from deploy.wiring import operator_panels
+    from deploy.operator.releases import ReleasesPanel
+    from deploy.operator.screen import PanelContext
+    from deploy.service.auth import Identity
 
     panel, = [b for b in operator_panels(svc.services) if isinstance(b, ReleasesPanel)]
     admin, nobody = Identity("admin", "admin", True, "cookie"), Identity("u1", None, False, "cookie")
@@ -144,9 +144,10 @@ def test_releases_panel_shows_the_gate_and_checks_admin_on_every_click(svc, tiny
 def test_eval_hh_defaults_to_the_live_release(tiny_model_dir, tmp_path):
     import json
 
-    from deploy.registry import ensure_base_release, promote
-    from feedback.store import Store
     from test_evaluator_cli import hh_dir
+
+    from deploy.release.registry import ensure_base_release, promote
+    from feedback.store import Store
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -156,7 +157,7 @@ def test_eval_hh_defaults_to_the_live_release(tiny_model_dir, tmp_path):
                                   adapter_path=make_random_lora(tiny_model_dir, tmp_path / "lora", seed=16))
         promote(store, None, cand.id)
     args = ["--data-dir", str(data_dir), "eval", "hh", "--data", str(hh_dir(tmp_path)), "--workers", "1", "--json"]
-    out = CliRunner().invoke(build_app(), args)
+    out = CliRunner().invoke(build_cli(), args)
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["model"] == str(tiny_model_dir) and result["adapter"] == cand.adapter_path

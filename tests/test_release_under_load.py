@@ -21,10 +21,10 @@ import threading
 import time
 
 import pytest
-
-from deploy.registry import register_candidate
 from service_helpers import sse_events, start_service, tiny_settings
 from vllm_fixtures import make_random_lora
+
+from deploy.release.registry import register_candidate
 
 USERS = 8
 QUESTIONS = ["How do I keep a budget?", "Should I change jobs?", "How do I sleep better?",

@@ -8,12 +8,12 @@ import json
 import shutil
 
 import pyarrow.parquet as pq
+from conftest import test_cache_dir as cache_dir
 from typer.testing import CliRunner
 
-from conftest import test_cache_dir as cache_dir
-from deploy.cli import build_app
-from deploy.safety import ModeratorSafetyFilter, make_safety_filter
+from deploy.loop.safety import ModeratorSafetyFilter, make_safety_filter
 from deploy.settings import load_settings
+from deploy.wiring import build_cli
 from evaluator.moderation import load_safety_examples
 from feedback.attributes import Attributes
 from feedback.datasets import AcceptEverythingFilter
@@ -32,7 +32,7 @@ def _populate(data_dir, liked: list[str], disliked: list[str]) -> None:
 
 
 def _build(data_dir, out, *flags: str) -> dict:
-    result = CliRunner().invoke(build_app(), ["--data-dir", str(data_dir), "dataset", "build", "--kind", "kto",
+    result = CliRunner().invoke(build_cli(), ["--data-dir", str(data_dir), "dataset", "build", "--kind", "kto",
                                               "--out", str(out), "--json", *flags], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout[result.stdout.index("{"):])

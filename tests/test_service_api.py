@@ -8,7 +8,7 @@ import time
 import pytest
 from service_helpers import ADMIN_PASSWORD, live, sse_events  # noqa: F401
 
-from deploy.auth import COOKIE_NAME, hash_password, verify_password
+from deploy.service.auth import COOKIE_NAME, hash_password, verify_password
 
 
 def _rows(store) -> dict:

@@ -43,7 +43,7 @@ def test_sigterm_finishes_or_interrupts_answers_and_releases_the_database(tiny_m
            "ADVISOR_SCHEDULE__EXTRACT_EVERY_MINUTES": "0", "ADVISOR_SCHEDULE__TRAIN_CRON": ""}
     env.pop("ADVISOR_CONFIG", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deploy.cli", "--data-dir", str(tmp_path), "serve", "--port", str(port),
+        [sys.executable, "-m", "deploy.wiring", "--data-dir", str(tmp_path), "serve", "--port", str(port),
          "--grace", "0.5", "--log-level", "warning"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

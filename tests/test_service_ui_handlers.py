@@ -9,9 +9,10 @@ import gradio as gr
 import pytest
 
 from chat.backends.base import SamplingParams
+from chat.inflight import ChatHooks, InFlight
 from chat.turns import TurnContext, send
-from chat.ui import UIDeps, build_ui
-from chat.ui_common import ChatHooks, InFlight
+from chat.ui.app import build_ui
+from chat.ui.deps import UIDeps
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_rating_or_choosing_another_users_answer_is_refused(ui):
     forged["views"] = [{"id": turn.answer.id, "siblings": {"index": 1, "count": 2,
                                                            "ids": [turn.answer.id, sibling.answer.id]}}]
     forged["focus"] = turn.answer.id
-    out = ui.handlers["on_navigate"](forged, _as("bob"))
+    out = ui.handlers["on_next"](forged, _as("bob"))
     assert "not available" in _notice(out)
     assert ui.store.query("SELECT count(*) FROM sibling_choices")[0][0] == 0
 

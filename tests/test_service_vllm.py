@@ -7,7 +7,7 @@ The tests run in file order and build on each other's releases, like an operator
 
 The candidate is a real KTO run (TRL + PEFT, the project's trainer subprocess) on the built-in
 model: 6 steps at a high learning rate, LoRA rank 8 (the server's --max-lora-rank), ~40 s, so
-greedy answers change. It goes through the real gate (`deploy.gate_run.gate_candidate`, small
+greedy answers change. It goes through the real gate (`deploy.release.evaluate.gate_candidate`, small
 prompt counts) under a test policy that keeps a harmlessness floor (0.5: 6 prompts, and CPUs
 differ in the last bits of training) but tolerates any helpfulness and Self-BLEU change: a
 six-step adapter is not expected to be better, and what is under test here is serving.
@@ -26,10 +26,10 @@ from service_helpers import start_service, tiny_settings
 from test_trainer_runs import make_run_dir
 from vllm_fixtures import LORA_RANK, _vllm_module_server, vllm_server  # noqa: F401
 
-from deploy import registry
-from deploy.gate import decide
-from deploy.gate_run import gate_candidate
-from deploy.vllm import served_adapters, unload_adapter
+from deploy.release import registry
+from deploy.release.evaluate import gate_candidate
+from deploy.release.gate import decide
+from deploy.serving.vllm import served_adapters, unload_adapter
 from trainer.config import config_for
 from trainer.process import start_run
 from trainer.rundir import EXIT_OK
@@ -255,8 +255,7 @@ def test_vllm_killed_mid_answer_then_back(svc, vllm_server, state):
 
 
 def test_serving_panel_shows_vllm(svc, vllm_server):
-    from chat.ui_panel_serving import serving_markdown
-    from deploy.panel_serving import serving_state
+    from deploy.operator.serving import serving_markdown, serving_state
 
     s = serving_state(svc.services)
     assert s["health"]["ok"] and s["release"] == svc.services.release_id

@@ -6,15 +6,32 @@ from __future__ import annotations
 import json
 
 import pytest
+from service_helpers import ADMIN_TOKEN, down_settings, live, start_service  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
-from deploy.cli import build_app
-from deploy.cli_simulate import parse_rates
-from deploy.simulate import (CLARIFICATIONS, CORRECTIONS, NEXT_QUESTION_PREFIX, REPHRASE_PREFIX, THANKS, Preference,
-                             ReactionRates, SimulationConfig, SimulationError, load_questions, simulate)
+from deploy.cli.simulate import parse_rates
+from deploy.loop.simulate import (
+    CLARIFICATIONS,
+    CORRECTIONS,
+    NEXT_QUESTION_PREFIX,
+    REPHRASE_PREFIX,
+    THANKS,
+    Preference,
+    ReactionRates,
+    SimulationConfig,
+    SimulationError,
+    load_questions,
+    simulate,
+)
+from deploy.wiring import build_cli
 from feedback.extract import FastExtractor, Window
-from feedback.taxonomy import ASK_CLARIFICATION, AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
-from service_helpers import ADMIN_TOKEN, down_settings, live, start_service  # noqa: F401  (fixture)
+from feedback.taxonomy import (
+    ASK_CLARIFICATION,
+    AWARE_WITH_CORRECTION,
+    AWARE_WITHOUT_CORRECTION,
+    POSITIVE,
+    REPEAT_REPHRASE,
+)
 
 ANSWER = ("Go to bed and get up at the same time every day. Avoid screens for an hour before bed, keep the "
           "bedroom dark and cool, and if you are still awake after twenty minutes get up and read something calm.")
@@ -113,7 +130,7 @@ def test_unreachable_service_is_a_clear_error():
 
 
 def test_cli_prints_a_json_summary(live, tmp_path):  # noqa: F811
-    result = CliRunner().invoke(build_app(), ["--data-dir", str(tmp_path), "simulate", "--url", live.url,
+    result = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path), "simulate", "--url", live.url,
                                               "--users", "1", "--turns", "2", "--prefer", "steps", "--verbosity", "1", "--json"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -7,7 +7,12 @@ import pytest
 from feedback.attributes import Attributes
 from feedback.migrations import LATEST_VERSION
 from feedback.store import (
-    FeedbackEvent, GenerationMeta, InvalidInput, NotFound, Store, clean_text,
+    FeedbackEvent,
+    GenerationMeta,
+    InvalidInput,
+    NotFound,
+    Store,
+    clean_text,
 )
 
 

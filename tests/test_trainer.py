@@ -124,9 +124,9 @@ def test_launch_with_no_examples_records_the_reason_and_starts_nothing(store, tm
 def test_cli_dataset_build_and_train_without_examples(tmp_path):
     from typer.testing import CliRunner
 
-    from deploy.cli import build_app
-    from feedback.store import GenerationMeta, Store
+    from deploy.wiring import build_cli
     from feedback.attributes import Attributes
+    from feedback.store import GenerationMeta, Store
 
     with Store(tmp_path / "advisor.duckdb") as store:
         for value in (1, -1):
@@ -135,7 +135,7 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
             a = store.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
                                   generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
             store.rate(a.id, "alice", value)
-    app, runner = build_app(), CliRunner()
+    app, runner = build_cli(), CliRunner()
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "dataset", "build", "--kind", "kto",
                               "--out", str(tmp_path / "ds"), "--eval-fraction", "0", "--json"])
     assert out.exit_code == 0, out.output

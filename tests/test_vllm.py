@@ -20,9 +20,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from deploy.cli import build_app
-from deploy.settings import load_settings
-from deploy.vllm import (
+from deploy.serving.vllm import (
     API_SERVER_MODULE,
     RetryPolicy,
     VLLMError,
@@ -38,6 +36,8 @@ from deploy.vllm import (
     unload_adapter,
     wait_healthy,
 )
+from deploy.settings import load_settings
+from deploy.wiring import build_cli
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=5)
@@ -126,11 +126,11 @@ def test_install_instructions_per_machine():
 def test_cli_dry_run_and_missing_environment(tmp_path):
     runner = CliRunner()
     env = {"ADVISOR_DATA_DIR": str(tmp_path), "ADVISOR_VLLM__MODEL": str(tmp_path), "ADVISOR_VLLM__PORT": "8123"}
-    result = runner.invoke(build_app(), ["serve-model", "--dry-run", "--tp", "2", "--max-loras", "3"], env=env)
+    result = runner.invoke(build_cli(), ["serve-model", "--dry-run", "--tp", "2", "--max-loras", "3"], env=env)
     assert result.exit_code == 0, result.output
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in result.output
     assert f"--model {tmp_path}" in result.output and "--tensor-parallel-size 2" in result.output and "--max-loras 3" in result.output
-    result = runner.invoke(build_app(), ["serve-model"], env=env | {"ADVISOR_VLLM__PYTHON": str(tmp_path / "none")})
+    result = runner.invoke(build_cli(), ["serve-model"], env=env | {"ADVISOR_VLLM__PYTHON": str(tmp_path / "none")})
     assert result.exit_code == 1
     assert "does not exist" in result.output
     assert "setup_vllm_env.sh" in result.output or "pip install vllm" in result.output
@@ -242,7 +242,7 @@ def test_wait_healthy_returns_once_healthy(fake):
 
 
 def compose() -> dict:
-    return yaml.safe_load((REPO / "deploy" / "compose.yaml").read_text())
+    return yaml.safe_load((REPO / "deploy" / "ops" / "compose.yaml").read_text())
 
 
 def test_compose_structure():
@@ -265,8 +265,8 @@ def test_compose_structure():
     # The advisor talks to the vLLM service by its compose name, after it is healthy.
     assert advisor["environment"]["ADVISOR_BACKEND__BASE_URL"].startswith("http://vllm:8000")
     assert advisor["depends_on"]["vllm"]["condition"] == "service_healthy"
-    assert services["advisor"]["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert (REPO / "deploy" / "Dockerfile").is_file()
+    assert services["advisor"]["build"]["dockerfile"] == "deploy/ops/Dockerfile"
+    assert (REPO / "deploy" / "ops" / "Dockerfile").is_file()
     # Every ADVISOR_* variable is a real setting.
     from deploy.settings import Settings, _known_keys
 
@@ -287,7 +287,7 @@ def test_compose_config_validates():
     cli = compose_cli()
     if cli is None:
         pytest.skip("neither `docker compose` nor `docker-compose` is installed; test_compose_structure stands in")
-    path = str(REPO / "deploy" / "compose.yaml")
+    path = str(REPO / "deploy" / "ops" / "compose.yaml")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"}
     ok = subprocess.run([*cli, "-f", path, "config", "-q"], capture_output=True, text=True, env=env | {"ADVISOR_ADMIN_TOKEN": "x"})
     assert ok.returncode == 0, ok.stderr
@@ -298,7 +298,7 @@ def test_compose_config_validates():
 @pytest.mark.parametrize("unit", ["advisor.service", "vllm.service"])
 def test_systemd_units(unit):
     parser = configparser.ConfigParser(strict=False, interpolation=None)
-    parser.read_string((REPO / "deploy" / unit).read_text())
+    parser.read_string((REPO / "deploy" / "ops" / unit).read_text())
     assert {"Unit", "Service", "Install"} <= set(parser.sections())
     exec_start = parser["Service"]["ExecStart"]
     assert exec_start.split()[0].endswith("/advisor")
@@ -306,7 +306,7 @@ def test_systemd_units(unit):
     assert parser["Service"]["Restart"] == "on-failure"
 
 
-@pytest.mark.parametrize("script", ["scripts/setup_vllm_env.sh", "deploy/gpu_check.sh"])
+@pytest.mark.parametrize("script", ["scripts/setup_vllm_env.sh", "deploy/ops/gpu_check.sh"])
 def test_shell_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(REPO / script)]).returncode == 0
 

@@ -1,5 +1,5 @@
 """A real vLLM CPU server on the tiny model: OpenAI chat (streaming and not), the SteerLM
-attributes reaching the chat template, LoRA hot-swap through deploy.vllm, and what a client
+attributes reaching the chat template, LoRA hot-swap through deploy.serving.vllm, and what a client
 sees when the server is killed. One server start for the whole module (~40 s)."""
 
 from __future__ import annotations
@@ -9,7 +9,15 @@ import openai
 import pytest
 from vllm_fixtures import _vllm_module_server, make_random_lora, vllm_model_dir, vllm_server  # noqa: F401
 
-from deploy.vllm import RetryPolicy, VLLMError, is_healthy, list_models, load_adapter, served_adapters, unload_adapter
+from deploy.serving.vllm import (
+    RetryPolicy,
+    VLLMError,
+    is_healthy,
+    list_models,
+    load_adapter,
+    served_adapters,
+    unload_adapter,
+)
 
 pytestmark = pytest.mark.vllm
 

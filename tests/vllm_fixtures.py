@@ -25,7 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from deploy.vllm import VLLMNotInstalled, VLLMServerConfig, find_vllm_python, start_server, stop_server, wait_healthy
+from deploy.serving.vllm import (
+    VLLMNotInstalled,
+    VLLMServerConfig,
+    find_vllm_python,
+    start_server,
+    stop_server,
+    wait_healthy,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"

@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-
 # ---------------------------------------------------------------------------- sentences and words
 
 _BOUNDARY = re.compile(

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from feedback.extract.types import ExtractorUnavailable, Extractor, Window
+from feedback.extract.types import Extractor, ExtractorUnavailable, Window
 from feedback.store import FeedbackEvent, Store
 from feedback.taxonomy import CATEGORY_IDS
 

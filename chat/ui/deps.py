@@ -1,0 +1,28 @@
+"""`UIDeps`: what the web UI needs from the composition root, all late-bound."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from chat.inflight import ChatHooks, InFlight
+from chat.turns import TurnContext
+from feedback.store import Store
+
+
+@dataclass
+class UIDeps:
+    """What the UI needs from the composition root (deploy); all late-bound, because the store
+    and backend are opened by the service's lifespan after the UI is built."""
+
+    store: Callable[[], Store]
+    turn_context: Callable[[str], TurnContext]  # source → context
+    sampling: Callable[..., Any]  # overrides → chat.backends.SamplingParams
+    identify: Callable[[Any], Any]  # gr.Request → Identity (user_id, name, is_admin) | None
+    inflight: InFlight
+    hooks: ChatHooks
+    max_message_chars: int = 8000
+    # Builds the operator tab's contents inside it and returns the refresh events the page load
+    # chains to; the composition root supplies it (chat never imports the operator screen).
+    operator_tab: Callable[[Callable[[Any], Any]], list[dict]] | None = None

@@ -1,0 +1,110 @@
+"""`advisor config show | db stats | export | forget`: settings, the store, and the right to be forgotten."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deploy.cli.common import err, open_store, settings_of
+from deploy.settings import masked
+from feedback.export import export_jsonl, export_parquet
+
+
+class ExportFormat(str, Enum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def config_show(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Print the effective settings (file + environment + flags), secrets masked."""
+    tree = masked(settings_of(ctx))
+    if as_json:
+        print(json.dumps(tree, indent=2))
+        return
+    table = Table("setting", "value")
+
+    def rows(node: dict, prefix: str = "") -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                rows(value, f"{prefix}{key}.")
+            else:
+                table.add_row(f"{prefix}{key}", str(value))
+
+    rows(tree)
+    Console().print(table)
+
+
+def db_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Row counts, schema version and the live release."""
+    with open_store(settings_of(ctx)) as store:
+        stats = store.stats()
+    if as_json:
+        print(json.dumps(stats, indent=2, default=str))
+        return
+    table = Table("table", "rows")
+    for name, count in stats["rows"].items():
+        table.add_row(name, f"{count:,}")
+    Console().print(table)
+    Console().print(
+        f"schema v{stats['schema_version']} · likes {stats['likes']} · dislikes {stats['dislikes']} · "
+        f"live release {stats['live_release'] or '(base model)'} · {stats['path']}"
+    )
+
+
+def export(
+    ctx: typer.Context,
+    fmt: ExportFormat = typer.Option(ExportFormat.jsonl, "--format", "-f", help="jsonl (one conversation a line) or parquet (one message a row)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file; default: stdout for jsonl, <data_dir>/export.parquet for parquet."),
+) -> None:
+    """Export every conversation with its messages, generation metadata and ratings."""
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
+        if fmt is ExportFormat.parquet:
+            path = out or settings.data_path / "export.parquet"
+            n = export_parquet(store, path)
+            err.print(f"wrote {n:,} messages to {path}")
+        elif out is None:
+            from feedback.export import iter_conversation_records
+
+            n = 0
+            for record in iter_conversation_records(store):
+                sys.stdout.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+                n += 1
+            err.print(f"exported {n:,} conversations")
+        else:
+            n = export_jsonl(store, out)
+            err.print(f"wrote {n:,} conversations to {out}")
+
+
+def forget(
+    ctx: typer.Context,
+    user: str = typer.Argument(..., help="The user id (see `advisor export`) or user name."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Delete everything a user wrote and everything derived from it."""
+    with open_store(settings_of(ctx)) as store:
+        named = store.get_user_by_name(user)
+        user_id = named.id if named else user
+        if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
+            raise typer.Exit(1)
+        counts = store.forget_user(user_id)
+    total = sum(v for k, v in counts.items() if k != "users")
+    err.print(f"deleted {total:,} rows of user {user_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+def register(app: typer.Typer) -> None:
+    config_app = typer.Typer(help="Settings.", no_args_is_help=True)
+    config_app.command("show")(config_show)
+    app.add_typer(config_app, name="config")
+    db_app = typer.Typer(help="The conversation store.", no_args_is_help=True)
+    db_app.command("stats")(db_stats)
+    app.add_typer(db_app, name="db")
+    app.command("export")(export)
+    app.command("forget")(forget)

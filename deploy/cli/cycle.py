@@ -1,0 +1,86 @@
+"""`advisor cycle`: one learning cycle from the command line, on the database directly.
+
+extract → build sets → train (waits) → evaluate + gate → promote or reject, each step a job row,
+then a report under `<data_dir>/reports/cycle-<id>/`. Like `advisor train`, it opens the store
+itself, so it runs when no service holds the database; with a service running, use its "Start
+cycle" button (or `POST /api/admin/jobs/cycle/run`), which also hot-swaps the promoted adapter.
+Exit status: 0 when the cycle ran to a decision (promoted, rejected or passed), 1 when a step failed.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deploy.cli.common import settings_of
+from deploy.loop.cycle import CycleConfig, report_path, run_recorded_cycle
+from feedback.store import Store, StoreError
+
+err = Console(stderr=True)
+
+
+class Method(str, Enum):
+    kto = "kto"
+    dpo = "dpo"
+    sft = "sft"
+
+
+def cycle(
+    ctx: typer.Context,
+    method: Optional[Method] = typer.Option(None, "--method", "-m", help="kto, dpo or sft (default: schedule.train_method)."),
+    no_safety_filter: bool = typer.Option(False, "--no-safety-filter",
+                                          help="Keep what the moderator flags in the training set (demonstrations only)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop training after N optimizer steps."),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", "--lr", help="Training learning rate."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", help="LoRA alpha (alpha = r scales updates by 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the cycle's outcome as one JSON line."),
+    url: Optional[str] = typer.Option(None, "--url", help="Start it in the service that holds the database instead."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
+) -> None:
+    """Run one learning cycle: extract, build sets, train, evaluate and gate, promote or reject."""
+    settings = settings_of(ctx)
+    overrides = {k: v for k, v in {"max_steps": max_steps, "learning_rate": learning_rate,
+                                   "lora_alpha": lora_alpha}.items() if v is not None}
+    if url:
+        from deploy.cli.common import start_service_job
+
+        params = {k: v for k, v in {"method": method.value if method else None,
+                                    "safety_filter": False if no_safety_filter else None,
+                                    "overrides": overrides or None}.items() if v is not None}
+        start_service_job(url, token or settings.server.admin_token, "cycle", params, as_json=as_json)
+        return
+    config = CycleConfig.from_settings(settings, method=method.value if method else None,
+                                       safety_filter=False if no_safety_filter else None, overrides=overrides)
+    try:
+        store = Store(settings.db_path)
+    except StoreError as exc:
+        err.print(f"[red]{exc}[/red]\nWith the service running, start the cycle there: `advisor cycle --url URL`, "
+                  "or the operator tab's \"Start cycle\" button.")
+        raise typer.Exit(1) from None
+    with store:
+        if not as_json:
+            err.print(f"cycle: {config.method}, safety filter {'on' if config.safety_filter else 'OFF'}; "
+                      "training waits for its run (Ctrl-C stops watching, not the run)…")
+        result = run_recorded_cycle(store, settings, config, trigger="cli")
+    if as_json:
+        print(json.dumps(result.as_dict(), default=str))
+    else:
+        table = Table("step", "status", "note")
+        for step in result.steps:
+            table.add_row(step["step"], step["status"], (step.get("error") or step.get("note") or "")[:160])
+        Console().print(table)
+        colour = {"promoted": "green", "failed": "red", "rejected": "yellow"}.get(result.status, "white")
+        err.print(f"[{colour}]{result.status}[/{colour}]: {result.message}")
+        if report_path(result):
+            err.print(f"report: {report_path(result)}")
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cycle")(cycle)

@@ -1,0 +1,170 @@
+"""`advisor extract`: mine natural feedback from the store once, or evaluate an extractor on a gold file.
+
+    advisor extract [--extractor fast|llm|both] [--chunk-size N] [--json]
+    advisor extract --url http://HOST:PORT          (ask the running service to do it)
+    advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--json]
+
+Design choices:
+- The LLM kinds get a completion function made here, in the composition root, from the
+  configured backend (`deploy.serving.factory.make_backend`): greedy decoding, no attributes. `feedback`
+  never sees a backend object.
+- A run from the CLI takes the same path as the service's scheduled job (`run_extraction`, a
+  `jobs` row, the watermark); only the lock is private to this process, which is enough because
+  DuckDB keeps any other process off the file while we hold it. When the service holds the file,
+  `--url` asks it to run its extraction job instead.
+- `eval --json` prints exactly one JSON object (the metrics of `feedback.extract.evaluate`, plus
+  `extractor`, `split` and the extractor's drop counts), so scripts can parse stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deploy.cli.common import settings_of
+from deploy.settings import Settings
+
+err = Console(stderr=True)
+
+LLM_MAX_NEW_TOKENS = 160
+
+
+class ExtractorKind(str, Enum):
+    fast = "fast"
+    llm = "llm"
+    both = "both"
+
+
+class Split(str, Enum):
+    dev = "dev"
+    test = "test"
+    all = "all"
+
+
+def completion_function(settings: Settings):
+    """`complete(batch_of_message_lists) -> list[str]` on the configured backend (greedy)."""
+    from deploy.serving.factory import builtin_needs_build, greedy_completion, make_backend
+
+    if builtin_needs_build(settings):
+        err.print("Building the built-in model first (a few minutes, once)...")
+    return greedy_completion(make_backend(settings), settings.steering_mode, max_new_tokens=LLM_MAX_NEW_TOKENS)
+
+
+def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int):
+    from feedback.extract import make_extractor
+
+    complete = completion_function(settings) if kind is not ExtractorKind.fast else None
+    return make_extractor(kind.value, complete=complete, batch_size=batch_size)
+
+
+def extract(
+    ctx: typer.Context,
+    extractor: ExtractorKind = typer.Option(ExtractorKind.fast, "--extractor", "-e", help="fast (no LLM), llm, or both."),
+    chunk_size: int = typer.Option(2000, "--chunk-size", min=1, help="User messages per chunk (one transaction each)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per model call (llm, both)."),
+    url: Optional[str] = typer.Option(None, "--url", help="Run it in the service that holds the database instead."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job result as JSON."),
+) -> None:
+    """Mine natural feedback from messages newer than the last run (one run, recorded in jobs)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = settings_of(ctx)
+    if url:
+        from deploy.cli.common import start_service_job
+
+        start_service_job(url, token or settings.server.admin_token, "extract", {"extractor": extractor.value},
+                          what="extraction", timeout=30)
+        return
+    from deploy.cli.common import open_store
+    from feedback.extract import run_extraction
+
+    ex = _extractor(settings, extractor, batch_size)
+    with open_store(settings) as store:
+        with err.status(f"extracting with {extractor.value}...") as status:
+            def progress(r) -> None:
+                status.update(f"extracting with {extractor.value}: {r.messages:,} messages, {r.new_events:,} events")
+
+            result = run_extraction(store, ex, lock=threading.Lock(), trigger="cli", chunk_size=chunk_size,
+                                    progress=progress)
+    if as_json:
+        print(json.dumps(result.as_dict(), default=str))
+    else:
+        table = Table("category", "new events")
+        for category, n in result.per_category.items():
+            table.add_row(category, f"{n:,}")
+        Console().print(table)
+        err.print(f"job {result.job_id}: {result.status} · {result.messages:,} messages "
+                  f"({result.windows:,} after an answer) · {result.new_events:,} new events · "
+                  f"watermark {result.watermark_from} → {result.watermark_to} · {result.duration_s:.1f}s")
+        if result.dropped:
+            err.print("dropped model items: " + ", ".join(f"{k} {v}" for k, v in result.dropped.items()))
+        for e in result.errors[:5]:
+            err.print(f"[yellow]{e}[/yellow]")
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def evaluate_cmd(
+    ctx: typer.Context,
+    gold: Optional[Path] = typer.Option(None, "--gold", "-g", help="Gold JSON lines (default: the shipped dev set)."),
+    split: Split = typer.Option(Split.all, "--split", help="Only conversations of this split (the shipped set: dev | test)."),
+    extractor: ExtractorKind = typer.Option(ExtractorKind.fast, "--extractor", "-e"),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per model call (llm, both)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N conversations (quick LLM checks)."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples for the intervals."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the metrics."),
+) -> None:
+    """Span and category precision/recall (Don-Yahiya et al.) with bootstrap 95% intervals."""
+    from feedback.extract import SHIPPED_GOLD, evaluate, load_gold, predict
+    from feedback.extract.gold import GoldFormatError
+
+    path = gold or SHIPPED_GOLD
+    try:
+        conversations = load_gold(path, split=split.value)
+    except GoldFormatError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if limit:
+        conversations = conversations[:limit]
+    ex = _extractor(settings_of(ctx), extractor, batch_size)
+    predictions, run = predict(ex, conversations)
+    metrics = evaluate(conversations, predictions, n_bootstrap=bootstrap, seed=seed)
+    metrics.update({"extractor": extractor.value, "gold": str(path), "split": split.value,
+                    "extractor_stats": dict(run.stats), "errors": run.errors[:20]})
+    if as_json:
+        print(json.dumps(metrics, default=str))
+        return
+    table = Table("metric", "value", "95% interval")
+    for key in ("span_precision", "span_recall", "category_precision", "category_recall"):
+        m = metrics[key]
+        table.add_row(key.replace("_", " "), f"{m['value']:.3f}", f"{m['low']:.3f} – {m['high']:.3f}")
+    console = Console()
+    console.print(table)
+    per = Table("category", "gold", "predicted", "precision", "recall")
+    for category, c in metrics["per_category"].items():
+        per.add_row(category, str(c["gold"]), str(c["predicted"]), f"{c['precision']:.3f}", f"{c['recall']:.3f}")
+    console.print(per)
+    labels = metrics["confusion"]["labels"]
+    confusion = Table("gold \\ predicted", *[label[:12] for label in labels])
+    for label, row in zip(labels, metrics["confusion"]["matrix"]):
+        confusion.add_row(label, *[str(v) for v in row])
+    console.print(confusion)
+    err.print(f"{metrics['n_conversations']} conversations ({split.value} split of {path.name}), "
+              f"{metrics['n_gold']} gold spans, {metrics['n_predicted']} predicted, extractor {extractor.value}")
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Natural feedback: mine it from the logs, or evaluate an extractor.",
+                        invoke_without_command=True)
+    group.callback(invoke_without_command=True)(extract)
+    group.command("eval")(evaluate_cmd)
+    app.add_typer(group, name="extract")

@@ -1,0 +1,145 @@
+"""Jobs inside the service: a small registry over APScheduler that records every run in the store.
+
+Design choices:
+- The service owns the database (DESIGN.md, "Process model"), so scheduled work (extraction,
+  training checks, cycles) runs in the service's threads: an APScheduler `BackgroundScheduler`
+  with a thread pool. Every run — scheduled, manual from the operator tab, or from the admin
+  API — becomes a row in `jobs` (running → succeeded / failed) with its result or error, so the
+  operator sees one history whatever started it.
+- Each domain module defines `register_jobs(registry: JobRegistry, ctx: JobContext)` and calls
+  `registry.add(...)`; `deploy.wiring.register_jobs` lists those modules. A job with a `button`
+  label gets a button in the operator tab and can be started by `POST /api/admin/jobs/{kind}/run`.
+- One run of a kind at a time (`max_instances=1`, coalesced): a slow extraction never stacks up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from feedback.store import Job, Store
+
+log = logging.getLogger("advisor.jobs")
+
+@dataclass
+class JobContext:
+    """What a job function receives: the shared objects of the service plus its own run."""
+
+    store: Store
+    settings: Any  # deploy.settings.Settings
+    backend: Any = None  # chat.backends.Backend
+    extras: dict[str, Any] = field(default_factory=dict)  # later issues: registry, serving hand-off…
+    job: Job | None = None
+    params: dict = field(default_factory=dict)
+
+    def progress(self, **result: Any) -> None:
+        """Write partial results (progress, loss…) onto the job row while it runs."""
+        if self.job is not None:
+            self.store.update_job(self.job.id, result=result)
+
+
+JobFunc = Callable[[JobContext], dict | None]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    kind: str
+    func: JobFunc
+    description: str = ""
+    button: str | None = None  # operator-tab button label, e.g. "Run extraction now"
+    trigger: Any = None  # an APScheduler trigger, or None for manual-only
+
+
+class JobRegistry:
+    def __init__(self, scheduler: BackgroundScheduler, ctx: JobContext) -> None:
+        self.scheduler = scheduler
+        self.ctx = ctx
+        self._specs: dict[str, JobSpec] = {}
+        self._lock = threading.Lock()
+
+    # ---- registration
+
+    def add(
+        self, kind: str, func: JobFunc, *, description: str = "", button: str | None = None,
+        every_minutes: float | None = None, cron: str | None = None, trigger: Any = None,
+    ) -> JobSpec:
+        """Register a job kind; with `every_minutes`, `cron` or a `trigger` it also runs on schedule."""
+        if kind in self._specs:
+            raise ValueError(f"job kind {kind!r} is already registered")
+        if trigger is None and every_minutes:
+            trigger = IntervalTrigger(minutes=every_minutes)
+        if trigger is None and cron:
+            trigger = CronTrigger.from_crontab(cron)
+        spec = JobSpec(kind=kind, func=func, description=description, button=button, trigger=trigger)
+        self._specs[kind] = spec
+        if trigger is not None:
+            self.scheduler.add_job(
+                self._run, trigger, args=[kind, "schedule", {}], id=f"schedule:{kind}",
+                max_instances=1, coalesce=True, replace_existing=True,
+            )
+        return spec
+
+    def specs(self) -> list[JobSpec]:
+        return list(self._specs.values())
+
+    def buttons(self) -> list[tuple[str, str]]:
+        """(kind, label) of every job the operator can start by hand."""
+        return [(s.kind, s.button) for s in self._specs.values() if s.button]
+
+    def next_runs(self) -> dict[str, str | None]:
+        out = {}
+        for spec in self._specs.values():
+            job = self.scheduler.get_job(f"schedule:{spec.kind}")
+            nxt = getattr(job, "next_run_time", None) if job else None
+            out[spec.kind] = nxt.isoformat() if nxt else None
+        return out
+
+    # ---- running
+
+    def run_now(self, kind: str, *, trigger: str = "manual", params: dict | None = None) -> Job:
+        """Start a run in the scheduler's pool now; returns its job row (status `running`)."""
+        if kind not in self._specs:
+            known = ", ".join(sorted(self._specs)) or "none yet"
+            raise KeyError(f"No job kind {kind!r}; registered kinds: {known}.")
+        job = self.ctx.store.create_job(kind, trigger=trigger, params=params or {}, status="running")
+        self.scheduler.add_job(self._execute, args=[kind, job, params or {}], id=f"run:{job.id}")
+        return job
+
+    def run_sync(self, kind: str, *, trigger: str = "manual", params: dict | None = None) -> Job:
+        """Run in the calling thread (tests, the CLI through the service)."""
+        job = self.ctx.store.create_job(kind, trigger=trigger, params=params or {}, status="running")
+        return self._execute(kind, job, params or {})
+
+    def _run(self, kind: str, trigger: str, params: dict) -> None:
+        job = self.ctx.store.create_job(kind, trigger=trigger, params=params, status="running")
+        self._execute(kind, job, params)
+
+    def _execute(self, kind: str, job: Job, params: dict) -> Job:
+        ctx = JobContext(store=self.ctx.store, settings=self.ctx.settings, backend=self.ctx.backend,
+                         extras=self.ctx.extras, job=job, params=params)
+        try:
+            result = self._specs[kind].func(ctx) or {}
+        except Exception as exc:  # a job's failure is recorded, never kills the scheduler
+            log.error("job %s (%s) failed: %s", kind, job.id, traceback.format_exc())
+            return self.ctx.store.update_job(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
+        current = self.ctx.store.get_job(job.id)
+        merged = {**current.result, **result}
+        status = merged.pop("status", None) if merged.get("status") in ("skipped",) else None
+        return self.ctx.store.update_job(job.id, status=status or "succeeded", result=merged)
+
+
+def make_scheduler() -> BackgroundScheduler:
+    # Small pool: jobs are few and mostly wait on subprocesses; chat keeps the CPU.
+    return BackgroundScheduler(
+        executors={"default": {"type": "threadpool", "max_workers": 4}},
+        job_defaults={"misfire_grace_time": 300},
+        timezone="UTC",
+    )

@@ -1,0 +1,70 @@
+"""The training-set safety filter: the harmlessness moderator decides what may never be a desirable,
+chosen or SFT example.
+
+`make_safety_filter(settings, enabled=True)` is what every path that builds a training set calls
+(`advisor dataset build`, `advisor train`, the training job, the cycle): the moderator-backed
+`ModeratorSafetyFilter` when enabled, else `feedback.datasets.AcceptEverythingFilter`, whose name
+says on the dataset card that nothing was moderated.
+
+Design choices:
+- It lives in `deploy`, the composition root: `feedback` defines the `SafetyFilter` protocol and
+  may not import `evaluator`, `evaluator` may not import `feedback`; this module joins the two.
+- The moderator is the offline default of the evaluation suite (`evaluator.moderation`:
+  sentence embeddings + TF-IDF into a logistic regression on the shipped safe/unsafe advice
+  set), cached under `<data_dir>/models/moderator` — the same cache the gate's harmlessness
+  axis uses, so the filter and the gate judge with the same classifier.
+- Loaded lazily, on the first `flags` call: a build with nothing to guard (no desirable rows)
+  or a switched-off filter costs nothing.
+- Threshold 0.5 on the unsafe probability, as the gate's harmlessness score uses (the
+  classifier's class weights are balanced, so 0.5 means the same at any class ratio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy.release.scorers import load_moderator, moderator_dir
+from feedback.datasets import AcceptEverythingFilter, SafetyFilter
+
+
+@dataclass(frozen=True)
+class SafetyFilterConfig:
+    threshold: float = 0.5  # unsafe probability at or above which a text is flagged
+    cache_dir: str = ""  # empty: <data_dir>/models/moderator
+
+
+class ModeratorSafetyFilter:
+    """`SafetyFilter` over an `evaluator.moderation` moderator (anything with `score(texts)`)."""
+
+    def __init__(self, cache_dir: str | Path, config: SafetyFilterConfig = SafetyFilterConfig(),
+                 moderator: Any = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.config = config
+        self._moderator = moderator
+        self.name = f"moderator (embeddings + TF-IDF logistic regression, unsafe p >= {config.threshold:g})"
+        self.last_flagged: list[str] = []  # the texts the last call flagged, for reports and tests
+
+    @property
+    def moderator(self) -> Any:
+        if self._moderator is None:
+            self._moderator = load_moderator(self.cache_dir)
+        return self._moderator
+
+    def flags(self, texts: Sequence[str]) -> list[bool]:
+        if not texts:
+            return []
+        flagged = [p >= self.config.threshold for p in self.moderator.score(list(texts))]
+        self.last_flagged = [t for t, f in zip(texts, flagged) if f]
+        return flagged
+
+
+def make_safety_filter(settings: Any, enabled: bool = True,
+                       config: SafetyFilterConfig = SafetyFilterConfig()) -> SafetyFilter:
+    """The filter for training-set builds: the moderator, or (switched off) the named no-op."""
+    if not enabled:
+        return AcceptEverythingFilter()
+    cache = Path(config.cache_dir) if config.cache_dir else moderator_dir(settings.data_path)
+    return ModeratorSafetyFilter(cache, config)

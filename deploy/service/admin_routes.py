@@ -1,0 +1,121 @@
+"""The operator's REST API under `/api/admin` (admin token or an admin login):
+
+  GET    /api/admin/stats | turns | jobs | releases | timeseries | reasons   (operator)
+  POST   /api/admin/jobs/{kind}/run                start a registered job now
+  POST   /api/admin/release/refresh                re-read the live release, hot-swap its adapter
+  POST   /api/admin/releases/{id}/promote[?force=] make a release live (hot swap; in-flight answers keep theirs)
+  POST   /api/admin/releases/rollback              make the previous live release live again
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
+
+from deploy.operator.reports import (
+    counts_over_time,
+    jobs_table,
+    latest_turns,
+    overview,
+    ratings_by_reason,
+    releases_table,
+)
+from deploy.service.deps import admin, services_of
+from deploy.service.errors import ApiError
+from deploy.service.state import Services
+
+router = APIRouter(prefix="/api/admin", dependencies=[Depends(admin)])
+
+
+@router.get("/stats")
+def admin_stats(services: Services = Depends(services_of)) -> dict:
+    stats = overview(services.store)
+    stats["in_flight"] = len(services.inflight)
+    stats["serving_release"] = services.release_id
+    stats["release_warning"] = services.release_warning
+    return stats
+
+
+@router.get("/turns")
+def admin_turns(limit: int = Query(50, ge=1, le=1000), services: Services = Depends(services_of)) -> dict:
+    return {"turns": latest_turns(services.store, limit=limit)}
+
+
+@router.get("/jobs")
+def admin_jobs(limit: int = Query(50, ge=1, le=1000), services: Services = Depends(services_of)) -> dict:
+    registry = services.jobs
+    kinds = [{"kind": s.kind, "description": s.description, "button": s.button,
+              "next_run": registry.next_runs().get(s.kind)} for s in registry.specs()] if registry else []
+    return {"jobs": jobs_table(services.store, limit=limit), "kinds": kinds}
+
+
+class JobParams(BaseModel):
+    """Optional parameters of a manual job run, e.g. `{"params": {"extractor": "llm"}}`; one level
+    of nesting for groups such as a cycle's training `overrides`."""
+
+    params: dict[str, str | int | float | bool | dict[str, str | int | float | bool]] = {}
+
+
+@router.post("/jobs/{kind}/run", status_code=202)
+def admin_run_job(kind: str, body: JobParams | None = None, services: Services = Depends(services_of)) -> dict:
+    try:
+        job = services.jobs.run_now(kind, trigger="api", params=body.params if body else None)
+    except KeyError as exc:
+        raise ApiError(404, str(exc.args[0]), code="not_found") from None
+    return {"job_id": job.id, "kind": job.kind, "status": job.status}
+
+
+@router.get("/releases")
+def admin_releases(limit: int = Query(50, ge=1, le=1000), services: Services = Depends(services_of)) -> dict:
+    return {"releases": releases_table(services.store, limit=limit), "serving": services.release_id}
+
+
+class PromoteIn(BaseModel):
+    force: bool = Field(default=False, description="Promote even a release the gate rejected.")
+
+
+def _release_swap(fn, *args, **kwargs) -> dict:
+    from deploy.release.registry import ReleaseError
+
+    try:
+        release = fn(*args, **kwargs)
+    except ReleaseError as exc:  # refused (rejected by the gate, other base model, nothing to roll back to)
+        raise ApiError(409, str(exc), code="release_refused") from None
+    services = args[0]
+    return {"id": release.id, "status": release.status, "serving": services.release_id,
+            "warning": services.release_warning}
+
+
+@router.post("/releases/{release_id}/promote")
+def admin_promote_release(release_id: str, force: bool = Query(False), body: PromoteIn | None = None,
+                          services: Services = Depends(services_of)) -> dict:
+    """Make a release live in this service: new answers use it, answers in flight finish on theirs."""
+    from deploy.release.registry import promote_in_service
+
+    return _release_swap(promote_in_service, services, release_id, force=force or bool(body and body.force))
+
+
+@router.post("/releases/rollback")
+def admin_rollback_release(services: Services = Depends(services_of)) -> dict:
+    """Make the previously live release live again, hot-swapped like a promotion."""
+    from deploy.release.registry import rollback_in_service
+
+    return _release_swap(rollback_in_service, services)
+
+
+@router.post("/release/refresh")
+def admin_refresh_release(services: Services = Depends(services_of)) -> dict:
+    return {"serving": services.refresh_release(), "warning": services.release_warning}
+
+
+@router.get("/timeseries")
+def admin_timeseries(days: int = Query(30, ge=1, le=3650), bucket: Literal["hour", "day", "week"] = "day",
+                     services: Services = Depends(services_of)) -> dict:
+    return {"bucket": bucket, "days": days, "points": counts_over_time(services.store, days=days, bucket=bucket)}
+
+
+@router.get("/reasons")
+def admin_reasons(days: int = Query(30, ge=1, le=3650), services: Services = Depends(services_of)) -> dict:
+    return {"days": days, "reasons": ratings_by_reason(services.store, days=days)}

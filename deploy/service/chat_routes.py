@@ -1,0 +1,204 @@
+"""The REST API under `/api`: the same actions as the chat UI, for scripts and other front ends.
+
+Routes (all JSON; errors are `{"error": {"message", "type", "code", "param"}}`):
+  GET    /api/me                                  who am I (anonymous or named; admin?)
+  POST   /api/signup | /api/login | /api/logout   named users (password), admin login
+  DELETE /api/me?confirm=true                      delete my data (everything), new session
+  GET    /api/feedback/reasons                     the fixed like/dislike reason chips
+  GET    /api/conversations                        my conversations, newest first
+  POST   /api/conversations                        start an empty one
+  GET    /api/conversations/{id}[?leaf=]           its current branch (or the branch to `leaf`)
+  POST   /api/conversations/{id}/messages          ask; `stream: true` → server-sent events
+  POST   /api/messages                             ask in a new conversation (or `conversation_id`)
+  POST   /api/messages/{id}/regenerate             another answer to the same question (a sibling)
+  POST   /api/messages/{id}/edit                   a rewritten question (a sibling) and its answer
+  POST   /api/messages/{id}/rating                 like / dislike with reasons and a comment
+  POST   /api/messages/{id}/choose                 keep this sibling
+
+Design choices:
+- Handlers are thin: validation and logging live in `chat.turns`, ownership in the store
+  (`user_id=` on every lookup). Another user's id answers 404 exactly like an unknown one.
+- Error bodies have the OpenAI shape, so one client-side handler fits `/api` and `/v1`.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from chat import turns
+from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, thread_view
+from deploy.service.auth import AuthError, Identity
+from deploy.service.deps import me, services_of
+from deploy.service.errors import ApiError, as_api_error
+from deploy.service.identity import set_session
+from deploy.service.shapes import (
+    AskIn,
+    ConversationIn,
+    Credentials,
+    EditIn,
+    NewAskIn,
+    RatingIn,
+    RegenerateIn,
+    conversation_dict,
+    me_dict,
+    parse_attributes,
+)
+from deploy.service.state import Services
+from deploy.service.streaming import respond, submit
+from feedback.store import InvalidInput, NotFound
+
+router = APIRouter(prefix="/api")
+
+
+@router.get("/me")
+def get_me(ident: Identity = Depends(me)) -> dict:
+    return me_dict(ident)
+
+
+@router.delete("/me")
+def delete_me(request: Request, confirm: bool = Query(False), ident: Identity = Depends(me),
+              services: Services = Depends(services_of)):
+    """Delete everything this user wrote and everything derived from it. Needs `?confirm=true`."""
+    if not confirm:
+        raise ApiError(400, "This deletes all your conversations and ratings for good. "
+                            "Repeat the request with ?confirm=true to go ahead.", code="confirm_required",
+                       param="confirm")
+    if ident.via == "admin-token" or ident.user_id == "admin":
+        raise ApiError(400, "The operator account cannot delete itself this way; use `advisor forget`.",
+                       code="invalid_input")
+    services.inflight.cancel(ident.user_id)
+    counts = services.store.forget_user(ident.user_id)
+    fresh = services.auth.new_anonymous()
+    response = JSONResponse({"deleted": counts, "new_session": me_dict(fresh)})
+    if ident.via != "api-key":  # a key-derived user cannot be re-keyed by us; the caller needs a new key
+        set_session(response, services.auth, fresh, request)
+    return response
+
+
+def _signed_in(sign_in, body: Credentials, request: Request, services: Services, status: int, code: str):
+    try:
+        ident = sign_in(body.name, body.password)
+    except AuthError as exc:
+        raise ApiError(status, str(exc), code=code) from None
+    response = JSONResponse(me_dict(ident))
+    set_session(response, services.auth, ident, request)
+    return response
+
+
+@router.post("/signup")
+def signup(body: Credentials, request: Request, services: Services = Depends(services_of)):
+    return _signed_in(services.auth.register, body, request, services, 400, "signup_failed")
+
+
+@router.post("/login")
+def login(body: Credentials, request: Request, services: Services = Depends(services_of)):
+    return _signed_in(services.auth.login, body, request, services, 401, "login_failed")
+
+
+@router.post("/logout")
+def logout(request: Request, services: Services = Depends(services_of)):
+    fresh = services.auth.new_anonymous()
+    response = JSONResponse(me_dict(fresh))
+    set_session(response, services.auth, fresh, request)
+    return response
+
+
+@router.get("/feedback/reasons")
+def feedback_reasons() -> dict:
+    return {"like": list(POSITIVE_REASONS), "dislike": list(NEGATIVE_REASONS)}
+
+
+@router.get("/conversations")
+def list_conversations(limit: int = Query(100, ge=1, le=1000), ident: Identity = Depends(me),
+                       services: Services = Depends(services_of)) -> dict:
+    convs = services.store.list_conversations(ident.user_id, limit=limit)
+    return {"conversations": [conversation_dict(c) for c in convs]}
+
+
+@router.post("/conversations", status_code=201)
+def create_conversation(body: ConversationIn | None = None, ident: Identity = Depends(me),
+                        services: Services = Depends(services_of)) -> dict:
+    try:
+        conv = services.store.create_conversation(ident.user_id, title=(body.title if body else "").strip(),
+                                                  source="api")
+    except InvalidInput as exc:
+        raise as_api_error(exc) from None
+    return conversation_dict(conv)
+
+
+@router.get("/conversations/{conversation_id}")
+def get_conversation(conversation_id: str, leaf: str | None = None, ident: Identity = Depends(me),
+                     services: Services = Depends(services_of)) -> dict:
+    store = services.store
+    conv = store.get_conversation(conversation_id, user_id=ident.user_id)
+    views = thread_view(store, conv.id, ident.user_id, leaf_id=leaf)
+    return {**conversation_dict(conv), "messages": [v.as_dict() for v in views]}
+
+
+@router.post("/conversations/{conversation_id}/messages")
+async def ask_in_conversation(conversation_id: str, body: AskIn, ident: Identity = Depends(me),
+                              services: Services = Depends(services_of)):
+    ctx = services.turn_context("api")
+    turn = await submit(services, turns.send, ctx, user_id=ident.user_id, text=body.content,
+                    conversation_id=conversation_id, parent_id=body.parent_id,
+                    attributes=parse_attributes(body.attributes), params=body.params(services))
+    return await respond(services, turn, "api", body.stream, ident.user_id)
+
+
+@router.post("/messages")
+async def ask(body: NewAskIn, ident: Identity = Depends(me), services: Services = Depends(services_of)):
+    ctx = services.turn_context("api")
+    turn = await submit(services, turns.send, ctx, user_id=ident.user_id, text=body.content,
+                    conversation_id=body.conversation_id, parent_id=body.parent_id,
+                    attributes=parse_attributes(body.attributes), params=body.params(services))
+    return await respond(services, turn, "api", body.stream, ident.user_id)
+
+
+@router.post("/messages/{message_id}/regenerate")
+async def regenerate(message_id: str, body: RegenerateIn | None = None, ident: Identity = Depends(me),
+                     services: Services = Depends(services_of)):
+    body = body or RegenerateIn()
+    turn = await submit(services, turns.regenerate, services.turn_context("api"), user_id=ident.user_id,
+                    message_id=message_id, attributes=parse_attributes(body.attributes),
+                    params=body.params(services))
+    return await respond(services, turn, "api", body.stream, ident.user_id)
+
+
+@router.post("/messages/{message_id}/edit")
+async def edit(message_id: str, body: EditIn, ident: Identity = Depends(me),
+               services: Services = Depends(services_of)):
+    turn = await submit(services, turns.edit, services.turn_context("api"), user_id=ident.user_id,
+                    message_id=message_id, text=body.content, attributes=parse_attributes(body.attributes),
+                    params=body.params(services))
+    return await respond(services, turn, "api", body.stream, ident.user_id)
+
+
+def check_reasons(value: int, reasons: list[str]) -> list[str]:
+    allowed = POSITIVE_REASONS if value > 0 else NEGATIVE_REASONS
+    bad = [r for r in reasons if r not in allowed]
+    if bad:
+        kind = "like" if value > 0 else "dislike"
+        raise ApiError(400, f"Unknown reason(s) {bad} for a {kind}; choose from: {', '.join(allowed)}.",
+                       code="invalid_reason", param="reasons")
+    return list(dict.fromkeys(reasons))
+
+
+@router.post("/messages/{message_id}/rating", status_code=201)
+def rate(message_id: str, body: RatingIn, ident: Identity = Depends(me),
+         services: Services = Depends(services_of)) -> dict:
+    value = {"like": 1, "dislike": -1}.get(body.value, body.value)  # type: ignore[arg-type]
+    reasons = check_reasons(value, body.reasons)
+    try:
+        rating = services.store.rate(message_id, ident.user_id, value, reasons=reasons, comment=body.comment)
+    except (InvalidInput, NotFound) as exc:
+        raise as_api_error(exc) from None
+    services.metrics.record_rating(value)
+    return {"id": rating.id, "message_id": rating.message_id, "value": rating.value,
+            "reasons": list(rating.reasons), "comment": rating.comment}
+
+
+@router.post("/messages/{message_id}/choose")
+def choose(message_id: str, ident: Identity = Depends(me), services: Services = Depends(services_of)) -> dict:
+    services.store.choose_sibling(message_id, ident.user_id)
+    return {"chosen": message_id}

@@ -1,0 +1,78 @@
+"""Who is calling: `IdentityMiddleware` resolves it once per request, and session cookies.
+
+Identity is resolved by `IdentityMiddleware` (pure ASGI, so streamed answers pass untouched): a
+bearer token, else the signed session cookie, else a new anonymous id whose cookie is set on the
+response. The Gradio UI resolves the same cookie with the same `Auth.from_cookies`, so a browser is
+one user across UI and API.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from deploy.service.auth import COOKIE_MAX_AGE_S, COOKIE_NAME, Auth, Identity
+from deploy.service.state import Services
+
+# Largest request body accepted by /api and /v1 (a message is at most max_message_chars; this
+# only stops abuse before JSON parsing).
+MAX_BODY_BYTES = 1_000_000
+
+
+class IdentityMiddleware:
+    """Puts the caller's `Identity` on `request.state.identity`; mints an anonymous session cookie
+    when there is none (or it is invalid, or names a user who deleted their data)."""
+
+    def __init__(self, app: ASGIApp, services: Services) -> None:
+        self.app = app
+        self.services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.services.auth is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        identity = self.services.auth.resolve(request.headers, request.cookies)
+        fresh = identity is None
+        if fresh:
+            identity = self.services.auth.new_anonymous()
+        scope.setdefault("state", {})["identity"] = identity
+        too_big = _declared_length(request) > MAX_BODY_BYTES and scope["path"].startswith(("/api/", "/v1/"))
+        if too_big:
+            resp = JSONResponse({"error": {"message": f"The request is larger than {MAX_BODY_BYTES:,} bytes.",
+                                           "type": "invalid_request_error", "code": "too_large"}}, status_code=413)
+            await resp(scope, receive, send)
+            return
+
+        async def send_wrapper(message: Message) -> None:
+            if fresh and message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"set-cookie", cookie_header(self.services.auth, identity, scope).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+
+
+def _declared_length(request: Request) -> int:
+    try:
+        return int(request.headers.get("content-length") or 0)
+    except ValueError:
+        return 0
+
+
+def cookie_header(auth: Auth, identity: Identity, scope: Scope | None = None) -> str:
+    """A Set-Cookie value: HTTP-only (no script can read it), SameSite=Lax (no cross-site POSTs),
+    Secure when the request came over HTTPS."""
+    secure = "; Secure" if scope is not None and scope.get("scheme") == "https" else ""
+    return (f"{COOKIE_NAME}={auth.sign(identity)}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
+            f"SameSite=Lax{secure}")
+
+
+def set_session(response: Response, auth: Auth, identity: Identity, request: Request) -> None:
+    response.headers.append("set-cookie", cookie_header(auth, identity, request.scope))
+
+
+def identity_of(request: Request) -> Identity:
+    return request.state.identity

@@ -1,0 +1,65 @@
+"""The sign-in and sign-out pages (plain HTML forms; the chat UI links to them)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from deploy.service.auth import AuthError, Identity
+from deploy.service.identity import set_session
+from deploy.service.state import Services
+
+router = APIRouter(include_in_schema=False)
+
+_SIGNIN_HTML = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in · Advisor</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;max-width:26rem;margin:4rem auto;padding:0 1rem;color:#222}}
+label{{display:block;margin:.8rem 0 .2rem}}input{{width:100%;padding:.5rem;font-size:1rem;box-sizing:border-box}}
+button{{margin-top:1rem;padding:.5rem 1.2rem;font-size:1rem}}.err{{color:#b00020}}.muted{{color:#666;font-size:.9rem}}
+fieldset{{border:1px solid #ddd;border-radius:8px;margin:1rem 0;padding:0 1rem 1rem}}</style></head><body>
+<h1>Advisor</h1>{error}
+<form method="post" action="/signin"><fieldset><legend>Sign in</legend>
+<label for="name">User name</label><input id="name" name="name" autocomplete="username">
+<label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password">
+<label><input type="checkbox" name="create" value="1" style="width:auto"> Create this account</label>
+<p class="muted">Operators: sign in as the admin user, or paste the admin token below.</p>
+<label for="token">Admin token (optional)</label><input id="token" name="token" type="password">
+<button type="submit">Continue</button></fieldset></form>
+<p class="muted"><a href="/">Back to the chat</a> — you can also chat without an account.</p></body></html>"""
+
+
+@router.get("/signin")
+def signin_page() -> HTMLResponse:
+    return HTMLResponse(_SIGNIN_HTML.format(error=""))
+
+
+@router.post("/signin")
+def signin_submit(request: Request, name: str = Form(""), password: str = Form(""), token: str = Form(""),
+                  create: str = Form("")):
+    services: Services = request.app.state.services
+    try:
+        if token.strip():
+            if not services.auth.is_admin_token(token.strip()):
+                raise AuthError("That admin token is not valid.")
+            ident = services.auth.from_bearer(token.strip())
+            ident = Identity(user_id=ident.user_id, name=ident.name, is_admin=True, via="cookie")
+        elif create:
+            ident = services.auth.register(name, password)
+        else:
+            ident = services.auth.login(name, password)
+    except AuthError as exc:
+        from html import escape
+
+        return HTMLResponse(_SIGNIN_HTML.format(error=f'<p class="err" role="alert">{escape(str(exc))}</p>'),
+                            status_code=401)
+    response = RedirectResponse("/", status_code=303)
+    set_session(response, services.auth, ident, request)
+    return response
+
+
+@router.get("/signout")
+def signout(request: Request):
+    services: Services = request.app.state.services
+    response = RedirectResponse("/", status_code=303)
+    set_session(response, services.auth, services.auth.new_anonymous(), request)
+    return response

@@ -1,0 +1,112 @@
+"""`Services`: the objects every handler of one service needs, hung off `app.state.services`.
+
+Never module globals, so two apps can live in one process (tests). The lifespan fills in the
+store, the backend and the job registry; `refresh_release` puts the live release's adapter on
+the backend after a promotion or rollback, and `retry_release` applies it once a model server
+that was down at start comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from chat.backends import Backend, BackendError, SamplingParams
+from chat.inflight import ChatHooks, InFlight, ServiceClosing
+from chat.turns import TurnContext
+from deploy.service.auth import Auth
+from deploy.service.metrics import Metrics
+from deploy.serving.factory import sampling_params, turn_context, use_live_release
+from deploy.settings import Settings
+from feedback.store import Store
+
+log = logging.getLogger("advisor.service")
+
+RELEASE_RETRY_S = 5.0
+
+
+@dataclass
+class Services:
+    """The objects every handler needs. `store`/`backend` are set by the lifespan."""
+
+    settings: Settings
+    metrics: Metrics
+    inflight: InFlight = field(default_factory=InFlight)
+    store: Store | None = None
+    backend: Backend | None = None
+    auth: Auth | None = None
+    jobs: Any = None  # deploy.loop.jobs.JobRegistry, once started
+    release_id: str | None = None
+    release_warning: str | None = None
+    drain_s: float = 20.0
+    extras: dict[str, Any] = field(default_factory=dict)  # later issues: release registry, serving hand-off
+    # The live release could not be applied (model server down at start): retried by turns and
+    # health checks, at most every RELEASE_RETRY_S, so the release comes back with the server.
+    release_pending: bool = False
+    _release_retry_at: float = 0.0
+    _release_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The base model's adapter-less release id, looked up once per live-release change rather than
+    # on every answer (`release_of` runs on the turn path); cleared by `refresh_release`.
+    _no_adapter_release: str | None = None
+
+    def turn_context(self, source: str) -> TurnContext:
+        if self.store is None or self.backend is None:
+            raise RuntimeError("The service is still starting; try again in a moment.")
+        if self.inflight.closing:
+            raise ServiceClosing("The service is restarting; send your message again in a moment.")
+        self.retry_release()
+        ctx = turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id)
+        ctx.release_of = self.release_of  # log the release the answer really came from (see TurnContext)
+        return ctx
+
+    def release_of(self, adapter: str | None) -> str | None:
+        """The release behind a pinned adapter: the registry loads each release's adapter under the
+        release id, and no adapter is this base model's adapter-less release."""
+        if adapter:
+            return adapter
+        if self._no_adapter_release is None:  # None is not cached: the release may not exist yet
+            from deploy.release.registry import no_adapter_release
+
+            self._no_adapter_release = no_adapter_release(self.store, self.backend.model)
+        return self._no_adapter_release
+
+    def sampling(self, **overrides: Any) -> SamplingParams:
+        return sampling_params(self.settings, **overrides)
+
+    def hooks(self) -> ChatHooks:
+        m = self.metrics
+
+        def on_turn(source: str, turn: Any) -> None:
+            answer, gen = turn.answer, turn.generation
+            m.record_turn(
+                source, answer.status if answer is not None else "error",
+                prompt_tokens=getattr(gen, "prompt_tokens", None),
+                completion_tokens=getattr(gen, "completion_tokens", None),
+                latency_ms=getattr(gen, "latency_ms", None),
+            )
+
+        return ChatHooks(on_turn=on_turn, on_rating=m.record_rating, on_error=m.record_error)
+
+    def refresh_release(self) -> str | None:
+        """Re-read the live release and put its adapter on the backend (after a promotion or
+        rollback). Answers already streaming keep the adapter they pinned."""
+        with self._release_lock:
+            self._no_adapter_release = None
+            self.release_id, self.release_warning = use_live_release(self.store, self.backend)
+            if self.release_warning:
+                log.warning(self.release_warning)
+            self.release_pending = False
+            return self.release_id
+
+    def retry_release(self) -> None:
+        """Apply the live release if the model server was down when the service started."""
+        if not self.release_pending or time.monotonic() < self._release_retry_at:
+            return
+        self._release_retry_at = time.monotonic() + RELEASE_RETRY_S
+        try:
+            self.refresh_release()
+        except BackendError as exc:  # still down: the turn itself reports it to the user
+            log.info("the live release is still not applied: %s", exc)
