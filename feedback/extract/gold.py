@@ -4,13 +4,15 @@ Gold format (JSON lines), one conversation a line:
     {"id": str, "messages": [{"role": "user"|"assistant", "content": str}],
      "feedback": [{"message": int, "category": str, "span": str}], "split": "dev"|"test" (optional)}
 `message` is the 0-based index of a user message that is not the conversation's first user
-message, and `span` a substring of it. Errors name the line and say what is wrong.
+message, and `span` a substring of it. Errors name the line and say what is wrong. A conversation
+taken from HH-RLHF carries `"source": {"dataset": "Anthropic/hh-rlhf", "subset", "row"}`, and a row
+below 1000 is refused (those rows are reserved for an unseen evaluation).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +20,12 @@ from feedback.extract.metrics import Prediction
 from feedback.extract.types import BatchResult, Extractor, Window
 from feedback.taxonomy import CATEGORY_IDS
 
-SHIPPED_GOLD = Path(__file__).resolve().parent.parent / "data" / "dev_gold.jsonl"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+SHIPPED_GOLD = DATA_DIR / "dev_gold.jsonl"  # templated conversations written by the project: a unit-test set
+REAL_GOLD = DATA_DIR / "hh_gold.jsonl"  # real HH-RLHF conversations annotated by careful reading
+# Rows below this index of each HH-RLHF test subset are reserved for an evaluation the project does
+# not see; a gold file that contains one is refused, so it can never leak into tuning.
+HH_RESERVED_ROWS = 1000
 
 
 class GoldFormatError(ValueError):
@@ -71,6 +78,11 @@ def _check(record: object, where: str) -> GoldConversation:
             raise GoldFormatError(f"{where}: feedback[{k}].span is not a substring of message {idx}")
         items.append(GoldFeedback(idx, cat, span))
     extra = {k: v for k, v in record.items() if k not in ("id", "messages", "feedback", "split")}
+    source = extra.get("source") if isinstance(extra.get("source"), dict) else {}
+    if "hh-rlhf" in str(source.get("dataset", "")).lower() and not (
+            isinstance(source.get("row"), int) and source["row"] >= HH_RESERVED_ROWS):
+        raise GoldFormatError(f"{where}: HH-RLHF row {source.get('row')!r} is below {HH_RESERVED_ROWS}; those rows are "
+                              "reserved for an evaluation this project does not see and must never be annotated")
     return GoldConversation(str(conv_id), tuple(messages), tuple(items), record.get("split"), extra)
 
 
@@ -134,10 +146,3 @@ def predict(
                     seen.add((index, s.category, s.text))
                     predictions[conv_id].append(Prediction(index, s.category, s.text, s.extractor))
     return predictions, total
-
-
-def split_counts(conversations: Sequence[GoldConversation]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for c in conversations:
-        counts[c.split or "none"] = counts.get(c.split or "none", 0) + 1
-    return counts

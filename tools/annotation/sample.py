@@ -1,0 +1,64 @@
+"""Draw the conversations of the real gold set from the HH-RLHF test splits (rows 1000 and above only).
+
+    python tools/annotation/sample.py [--data ../shared/data/hh-rlhf] [--out DIR]
+
+Writes five batches of 66 conversations (at least three user turns, the part the chosen and rejected
+transcripts share, which ends with the last human turn) and the 60-conversation blind batch (the
+first 12 of each batch) that a second annotator labels for the agreement figures. Seeded: it draws
+the same 330 conversations every time.
+"""
+import argparse
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from evaluator.hh_data import _ROLE, _TURN  # noqa: E402
+
+QUOTA = {"harmless-base": 105, "helpful-base": 102, "helpful-online": 12, "helpful-rejection-sampled": 111}
+RESERVED_ROWS = 1000  # rows below this index are reserved for an evaluation the project does not see
+
+
+def parse(text):
+    parts = _TURN.split(text)
+    return [{"role": _ROLE[parts[i]], "content": parts[i + 1].strip()} for i in range(1, len(parts) - 1, 2)]
+
+
+def candidates(path):
+    for i, line in enumerate(gzip.open(path, "rt")):
+        if i < RESERVED_ROWS:
+            continue
+        chosen = json.loads(line)["chosen"]
+        msgs = parse(chosen[:chosen.rfind("\n\nAssistant:")])
+        alternating = all(msgs[j]["role"] != msgs[j + 1]["role"] for j in range(len(msgs) - 1))
+        if sum(m["role"] == "user" for m in msgs) >= 3 and msgs[-1]["role"] == "user" and alternating \
+                and all(m["content"] for m in msgs):
+            yield i, msgs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "hh-rlhf"))
+    ap.add_argument("--out", default="annotation")
+    args = ap.parse_args()
+    rng, convs = random.Random(14), []
+    for subset, quota in QUOTA.items():
+        for row, msgs in rng.sample(list(candidates(Path(args.data) / subset / "test.jsonl.gz")), quota):
+            convs.append({"id": f"hh/{subset}/{row}",
+                          "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": row}, "messages": msgs})
+    rng.shuffle(convs)
+    out = Path(args.out)
+    (out / "batches").mkdir(parents=True, exist_ok=True)
+    for b in range(5):
+        with open(out / "batches" / f"batch_{b + 1}.jsonl", "w") as f:
+            f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in convs[b * 66:(b + 1) * 66])
+    with open(out / "blind_batch.jsonl", "w") as f:
+        f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for b in range(5) for c in convs[b * 66:b * 66 + 12])
+    print(f"{len(convs)} conversations in {out}")
+
+
+if __name__ == "__main__":
+    main()
