@@ -112,10 +112,10 @@ def test_tiny_model_is_reproducible(tmp_path):
 def test_corpus_is_regenerated_from_its_source():
     """corpus.jsonl is committed; it must be exactly what corpus_source.py writes."""
     from chat.builtin.corpus import CORPUS_PATH
-    from chat.builtin.corpus_source import records
+    from tools.data.corpus_source import records
 
     on_disk = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
-    assert on_disk == records(), "regenerate with `python -m chat.builtin.corpus_source`"
+    assert on_disk == records(), "regenerate with `python -m tools.data.corpus_source`"
 
 
 def test_corpus_size_topics_and_labels():

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from feedback.data import make_dev_gold
+from tools.data import make_dev_gold
 from feedback.extract import FastConfig, FastExtractor, Window, cues, evaluate, load_gold, predict, windows_of
 from feedback.extract.fast import TUNED_PATH
 from feedback.extract.gold import SHIPPED_GOLD, GoldFormatError
@@ -135,7 +135,7 @@ def test_shipped_gold_set_is_valid_and_matches_its_generator(tmp_path):
         assert all(t in topic.answer for t in topic.terms) and topic.more_term in topic.more
     out = tmp_path / "gold.jsonl"
     make_dev_gold.write(out)
-    assert out.read_text() == SHIPPED_GOLD.read_text(), "run `python -m feedback.data.make_dev_gold`"
+    assert out.read_text() == SHIPPED_GOLD.read_text(), "run `python -m tools.data.make_dev_gold`"
 
 
 def test_gold_format_errors_name_the_line(tmp_path):

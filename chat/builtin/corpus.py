@@ -2,7 +2,7 @@
 
 `corpus.jsonl` (next to this file) is committed text: one question-answer pair per line with
 its topic and HelpSteer labels. It is generated from the hand-written fragments in
-`corpus_source.py` by `python -m chat.builtin.corpus_source`, and the build hashes the .jsonl
+`corpus_source.py` by `python -m tools.data.corpus_source`, and the build hashes the .jsonl
 itself, so editing the fragments and regenerating changes the recipe hash and triggers a
 rebuild.
 """
@@ -48,7 +48,7 @@ def load_corpus(path: Path = CORPUS_PATH) -> list[Example]:
     """Every example in file order (the build relies on that order being stable)."""
     if not path.exists():
         raise FileNotFoundError(
-            f"advice corpus not found at {path}; regenerate it with `python -m chat.builtin.corpus_source`"
+            f"advice corpus not found at {path}; regenerate it with `python -m tools.data.corpus_source`"
         )
     out = []
     with path.open(encoding="utf-8") as fh:

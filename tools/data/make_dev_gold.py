@@ -1,6 +1,6 @@
 """Write `dev_gold.jsonl`: the project's own gold set for natural-feedback extraction.
 
-Run `python -m feedback.data.make_dev_gold` to regenerate it (deterministic; a test checks that the
+Run `python -m tools.data.make_dev_gold` to regenerate it (deterministic; a test checks that the
 shipped file matches this script).
 
 How the set is made, and why:
@@ -26,9 +26,9 @@ import json
 import random
 from pathlib import Path
 
-from feedback.data.gold_topics import TOPICS, Topic
+from tools.data.gold_topics import TOPICS, Topic
 
-OUT = Path(__file__).with_name("dev_gold.jsonl")
+OUT = Path(__file__).resolve().parents[2] / "feedback" / "data" / "dev_gold.jsonl"
 SEED = 20240607
 CONVERSATIONS_PER_TOPIC = 6
 

@@ -1,6 +1,6 @@
 """Hand-written fragments of the advice corpus, and the composer that writes corpus.jsonl.
 
-Run `python -m chat.builtin.corpus_source` to regenerate `corpus.jsonl` (committed).
+Run `python -m tools.data.corpus_source` to regenerate `corpus.jsonl` (committed).
 
 Design: every question comes with four advice points, most important first, and each point
 is written twice: a plain phrasing (short common words, short sentence) and a sophisticated
