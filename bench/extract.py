@@ -72,9 +72,9 @@ def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     """Bulk-load `n` conversations into a fresh store at `path` (seq in parent-before-child order)."""
     import pyarrow as pa
 
+    from feedback.store import Store
     from tools.data.gold_topics import TOPICS
     from tools.data.make_dev_gold import CHECK_QUESTION, REPLY_PREFIX, _Composer
-    from feedback.store import Store
 
     rng = random.Random(seed)
     kinds, weights = zip(*TURN_WEIGHTS.items())

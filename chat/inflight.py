@@ -11,8 +11,7 @@ Design choices:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,15 +50,6 @@ class InFlight:
         with self._lock:
             self._items.pop(id(turn), None)
             self._lock.notify_all()
-
-    @contextmanager
-    def track(self, turn: Any, key: str | None = None) -> Iterator[None]:
-        """Register `turn` while the block runs."""
-        self.add(turn, key)
-        try:
-            yield
-        finally:
-            self.remove(turn)
 
     def cancel(self, key: str) -> int:
         """Cancel the turns registered under `key` or under `key:…` (a user's UI sessions)."""

@@ -391,7 +391,3 @@ def helpfulness(model: RewardModel, threads: Sequence[Thread], advice: Sequence[
         shares.append(float(np.mean(mine[i] > theirs)))
     return HelpfulnessResult(score=float(np.mean(shares)), questions=len(threads), per_question=shares)
 
-
-def model_helpfulness(answer_fn: AnswerFn, model: RewardModel, threads: Sequence[Thread]) -> HelpfulnessResult:
-    """Ask `answer_fn` every thread's question and score its advice against the human answers."""
-    return helpfulness(model, threads, answer_fn([t.question for t in threads]))

@@ -81,6 +81,3 @@ CATEGORY_IDS: tuple[str, ...] = tuple(c.id for c in CATEGORIES)
 BY_ID: dict[str, Category] = {c.id: c for c in CATEGORIES}
 NEGATIVE: frozenset[str] = frozenset(c.id for c in CATEGORIES if c.polarity == "negative")
 
-
-def is_category(value: object) -> bool:
-    return isinstance(value, str) and value in BY_ID

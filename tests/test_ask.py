@@ -185,7 +185,8 @@ def test_verbosity_changes_answer_length_and_every_turn_is_exported(app, tmp_pat
 
 
 def test_make_backend_follows_the_settings(tiny_model_dir, tmp_path):
-    from chat.backends import OpenAICompatibleBackend, TransformersBackend
+    from chat.backends import OpenAICompatibleBackend
+    from chat.backends.transformers_backend import TransformersBackend
     from deploy.serving.factory import make_backend, sampling_params
     from deploy.settings import SettingsError, load_settings
 
@@ -209,7 +210,7 @@ def test_building_the_model_shows_a_progress_bar(app, tmp_path, tiny_model_dir, 
     """The first `ask` on a fresh data dir builds the built-in model behind a Rich progress bar.
     The build itself is minutes, so here it is the tiny model reporting three training steps."""
     import deploy.cli.chat as cli_chat
-    from chat.backends import TransformersBackend
+    from chat.backends.transformers_backend import TransformersBackend
 
     def fake_build(settings, progress=None):
         for step in range(1, 4):

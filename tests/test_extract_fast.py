@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tools.data import make_dev_gold
 from feedback.extract import FastConfig, FastExtractor, Window, cues, evaluate, load_gold, predict, windows_of
 from feedback.extract.fast import TUNED_PATH
 from feedback.extract.gold import SHIPPED_GOLD, GoldFormatError
 from feedback.taxonomy import CATEGORY_IDS
+from tools.data import make_dev_gold
 
 PREVIOUS = "How can I fall asleep faster? I lie awake for about an hour most nights."
 ANSWER = ("Keep a consistent schedule: go to bed at the same time every day. Build a 30-minute wind-down "

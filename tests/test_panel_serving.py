@@ -9,10 +9,10 @@ from pathlib import Path
 from service_helpers import down_settings
 
 from chat.backends import OpenAICompatibleBackend
-from deploy.wiring import operator_panels
 from deploy.operator.serving import ServingPanel, serving_markdown, serving_state
-from deploy.service.state import Services
 from deploy.service.metrics import Metrics
+from deploy.service.state import Services
+from deploy.wiring import operator_panels
 
 
 def down_services(tmp_path: Path) -> Services:

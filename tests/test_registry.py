@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from vllm_fixtures import make_random_lora
 
-from chat.backends import SamplingParams, TransformersBackend
+from chat.backends import SamplingParams
+from chat.backends.transformers_backend import TransformersBackend
 from deploy.release.registry import ReleaseError, ensure_base_release, promote, register_candidate, rollback
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)

@@ -103,10 +103,10 @@ def test_cli_promote_and_rollback_with_url(svc, tiny_model_dir, tmp_path):
 def test_releases_panel_shows_the_gate_and_checks_admin_on_every_click(svc, tiny_model_dir, tmp_path):
     import gradio as gr
 
-    from deploy.wiring import operator_panels
     from deploy.operator.releases import ReleasesPanel
     from deploy.operator.screen import PanelContext
     from deploy.service.auth import Identity
+    from deploy.wiring import operator_panels
 
     panel, = [b for b in operator_panels(svc.services) if isinstance(b, ReleasesPanel)]
     admin, nobody = Identity("admin", "admin", True, "cookie"), Identity("u1", None, False, "cookie")

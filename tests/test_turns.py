@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from chat.backends import BackendUnavailable, OpenAICompatibleBackend, SamplingParams, TransformersBackend
+from chat.backends import BackendUnavailable, OpenAICompatibleBackend, SamplingParams
+from chat.backends.transformers_backend import TransformersBackend
 from chat.turns import TurnContext, edit, history, regenerate, send
 from feedback.attributes import Attributes
 from feedback.store import InvalidInput, NotFound

@@ -5,7 +5,8 @@
   own model directory (`kind="builtin"`).
 - `OpenAICompatibleBackend`: any OpenAI-compatible server, vLLM in production.
 
-The transformers backend is imported lazily so `openai`-only deployments need not load torch.
+The transformers backend lives in `chat.backends.transformers_backend`, imported only where it is
+used, so `openai`-only deployments need not load torch.
 """
 
 from chat.backends.base import (
@@ -21,13 +22,5 @@ from chat.backends.openai_backend import OpenAICompatibleBackend
 
 __all__ = [
     "FINISH_REASONS", "Backend", "BackendError", "BackendUnavailable", "Generation", "SamplingParams",
-    "OpenAICompatibleBackend", "TransformersBackend", "NO_ADAPTER",
+    "OpenAICompatibleBackend", "NO_ADAPTER",
 ]
-
-
-def __getattr__(name: str):
-    if name == "TransformersBackend":
-        from chat.backends import transformers_backend
-
-        return getattr(transformers_backend, name)
-    raise AttributeError(name)

@@ -50,11 +50,6 @@ class Identity:
     is_admin: bool = False
     via: str = "cookie"  # cookie | new | admin-token | api-key
 
-    @property
-    def display_name(self) -> str:
-        return self.name or "guest"
-
-
 # --------------------------------------------------------------------------- passwords
 
 

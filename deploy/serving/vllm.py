@@ -124,19 +124,9 @@ def server_config(settings: Settings, *, gpu: bool | None = None, model: str | N
 
 
 def _builtin_model_dir(data_dir: Path) -> Path:
-    try:
-        from chat.builtin import builtin_model_path
-    except ImportError:
-        try:
-            from chat.builtin.build import builtin_model_path
-        except ImportError:  # the built-in model's code is absent: its documented cache location
-            return data_dir / "models" / "builtin"
+    from chat.builtin.build import builtin_model_path
+
     return builtin_model_path(data_dir)
-
-
-def adapter_root(settings: Settings) -> Path:
-    """The directory both processes read adapters from (the shared volume in compose)."""
-    return Path(settings.vllm.adapter_dir).expanduser() if settings.vllm.adapter_dir else settings.data_path / "adapters"
 
 
 # --------------------------------------------------------------------------- launching
