@@ -154,7 +154,7 @@ def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_mode
         with live.admin() as admin:  # a training knob a cycle may not turn fails the job, saying which
             bad = admin.post("/api/admin/jobs/cycle/run", json={"params": {"overrides": {"base_model": "x"}}})
             job = _wait_job(admin, bad.json()["job_id"], timeout=300)
-        assert job["status"] == "failed" and "may set" in job["error"] and "base_model" in job["error"]
+        assert job["status"] == "failed" and "unknown training option" in job["error"] and "base_model" in job["error"]
         refused = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path / "cli"), "cycle", "--url", live.url,
                                                    "--token", "wrong"])
         assert refused.exit_code == 1 and "refused (401)" in refused.output

@@ -54,3 +54,21 @@ def test_secrets_are_masked():
 def test_test_suite_variables_are_not_settings():
     s = load_settings(environ={"ADVISOR_TEST_CACHE": "/tmp/x", "ADVISOR_SERVER__PORT": "9001"})
     assert s.server.port == 9001
+
+
+def test_training_knobs_are_declared_once_and_checked():
+    """One dataclass (trainer.config.TrainingKnobs) gives the CLI flags and validates job params."""
+    from typer.testing import CliRunner
+
+    from deploy.wiring import build_cli
+    from trainer.config import ConfigError, TrainingKnobs
+
+    knobs = TrainingKnobs.from_mapping({"max_steps": 5, "learning_rate": 1e-3})
+    assert knobs.as_overrides() == {"max_steps": 5, "learning_rate": 1e-3}
+    for bad in ({"base_model": "x"}, {"max_steps": "many"}, {"max_steps": 2.5}, {"learning_rate": True}):
+        with pytest.raises(ConfigError):
+            TrainingKnobs.from_mapping(bad)
+    for command in ("train", "cycle"):
+        help_text = CliRunner().invoke(build_cli(), [command, "--help"], terminal_width=200).output
+        for name in ("--max-steps", "--epochs", "--learning-rate", "--lr", "--batch-size", "--lora-alpha"):
+            assert name in help_text, (command, name)

@@ -116,6 +116,45 @@ class DPORunConfig(RunConfig):
     loss_type: str = "sigmoid"
 
 
+@dataclass(frozen=True)
+class TrainingKnobs:
+    """The training options an operator may set for one run — the one declaration behind the CLI's
+    flags (`advisor train`, `advisor cycle`), the job API's `overrides` and the operator tab's
+    inputs. None keeps the method's default (and, on a CPU, the scaling rule above)."""
+
+    max_steps: int | None = field(default=None, metadata={
+        "help": "Stop after N optimizer steps (default: the method's epochs; on a CPU at most 300)."})
+    epochs: float | None = field(default=None, metadata={"help": "Passes over the training set (default 2)."})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": "Learning rate (default 5e-6; on a CPU at least 2e-4).", "aliases": ("--lr",)})
+    batch_size: int | None = field(default=None, metadata={"help": "Effective batch size (default 32; on a CPU at most 8)."})
+    lora_alpha: int | None = field(default=None, metadata={
+        "help": "LoRA alpha (default 16 with r 64; alpha = r scales the update by 1)."})
+
+    def as_overrides(self) -> dict[str, Any]:
+        """The values that were set, as `config_for` keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any] | None) -> "TrainingKnobs":
+        """Knobs from untrusted input (a job's params): unknown names and wrong types are a
+        `ConfigError` that names them; values are then checked by the run config itself."""
+        values = dict(values or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown training option(s) {unknown}; known: {sorted(known)}")
+        out = {}
+        for name, value in values.items():
+            kind = float if "float" in str(known[name].type) else int
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+                raise ConfigError(f"training option {name} must be a number ({kind.__name__}), got {value!r}")
+            out[name] = kind(value)
+        return cls(**out)
+
+
 CONFIG_CLASSES: dict[str, type[RunConfig]] = {"sft": SFTRunConfig, "kto": KTORunConfig, "dpo": DPORunConfig}
 
 

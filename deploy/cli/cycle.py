@@ -18,8 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from deploy.cli.common import settings_of
+from deploy.cli.options import with_options
 from deploy.loop.cycle import CycleConfig, report_path, run_recorded_cycle
 from feedback.store import Store, StoreError
+from trainer.config import TrainingKnobs
 
 err = Console(stderr=True)
 
@@ -30,22 +32,20 @@ class Method(str, Enum):
     sft = "sft"
 
 
+@with_options(TrainingKnobs)
 def cycle(
     ctx: typer.Context,
     method: Optional[Method] = typer.Option(None, "--method", "-m", help="kto, dpo or sft (default: schedule.train_method)."),
     no_safety_filter: bool = typer.Option(False, "--no-safety-filter",
                                           help="Keep what the moderator flags in the training set (demonstrations only)."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop training after N optimizer steps."),
-    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", "--lr", help="Training learning rate."),
-    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", help="LoRA alpha (alpha = r scales updates by 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the cycle's outcome as one JSON line."),
     url: Optional[str] = typer.Option(None, "--url", help="Start it in the service that holds the database instead."),
     token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
+    knobs: TrainingKnobs = TrainingKnobs(),
 ) -> None:
     """Run one learning cycle: extract, build sets, train, evaluate and gate, promote or reject."""
     settings = settings_of(ctx)
-    overrides = {k: v for k, v in {"max_steps": max_steps, "learning_rate": learning_rate,
-                                   "lora_alpha": lora_alpha}.items() if v is not None}
+    overrides = knobs.as_overrides()
     if url:
         from deploy.cli.common import start_service_job
 

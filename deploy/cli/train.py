@@ -24,12 +24,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from deploy.cli.common import open_store, settings_of
+from deploy.cli.options import with_options
 from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import runs_dir, start_point, training_base_model
 from deploy.settings import Settings
 from feedback.datasets import DatasetError, build_dataset
 from feedback.store import NotFound, Store, StoreError
-from trainer.config import ConfigError
+from trainer.config import ConfigError, TrainingKnobs
 from trainer.launch import TrainingBusy, cancel_training, launch_training, poll_training, resume_training
 from trainer.process import RunError
 from trainer.rundir import read_progress, run_state
@@ -114,26 +115,22 @@ def _record_outcome(settings: Settings, run_id: str) -> str | None:
     return status.run.status
 
 
+@with_options(TrainingKnobs)
 def train(
     ctx: typer.Context,
     method: Optional[Kind] = typer.Option(None, "--method", "-m", help="sft, kto or dpo."),
     wait: bool = typer.Option(False, "--wait", "-w", help="Show live progress until the run ends."),
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Model directory to train (default: the configured backend's)."),
     from_base: bool = typer.Option(False, "--from-base", help="Start from the base model, not the live release's adapter."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after N optimizer steps."),
-    epochs: Optional[float] = typer.Option(None, "--epochs"),
-    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", "--lr"),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
-    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", help="LoRA alpha (alpha = r scales updates by 1)."),
     eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of conversations held out."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Restart a crashed run from its last checkpoint."),
     cancel: Optional[str] = typer.Option(None, "--cancel", help="Cancel a running run."),
     no_safety_filter: bool = typer.Option(False, "--no-safety-filter", help=SAFETY_HELP),
+    knobs: TrainingKnobs = TrainingKnobs(),
 ) -> None:
     """Train an adapter on the feedback so far (SFT, KTO or DPO), one run at a time."""
     settings = settings_of(ctx)
-    overrides = {k: v for k, v in {"max_steps": max_steps, "epochs": epochs, "learning_rate": learning_rate,
-                                   "batch_size": batch_size, "lora_alpha": lora_alpha}.items() if v is not None}
+    overrides = knobs.as_overrides()
     with open_store(settings) as store:
         try:
             if cancel:

@@ -46,6 +46,7 @@ from feedback.datasets import build_dataset
 from feedback.extract import make_extractor
 from feedback.extract.runner import run_extraction
 from feedback.store import Store
+from trainer.config import TrainingKnobs
 
 STEPS = ("extract", "dataset", "train", "gate", "promote")
 
@@ -275,9 +276,6 @@ def report_path(result: CycleResult) -> Path | None:
 # backend, and new chats name the new release at once). A cycle that stopped at a step fails the
 # row with that step's message, after its partial result and report are written onto it.
 
-# What a cycle started through the service may change about its training run (the trainer
-# checks the values; anything else stays as the settings say).
-CYCLE_OVERRIDES = frozenset({"max_steps", "learning_rate", "lora_alpha", "epochs", "batch_size"})
 
 
 def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
@@ -294,10 +292,12 @@ def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
         )
         params = {k: v for k, v in job.params.items() if k in ("method", "safety_filter")}
         overrides = job.params.get("overrides") or {}
-        if not isinstance(overrides, dict) or set(overrides) - CYCLE_OVERRIDES:
-            raise ValueError(f"a cycle's training overrides may set {', '.join(sorted(CYCLE_OVERRIDES))}; "
-                             f"got {overrides!r}")
-        config = CycleConfig.from_settings(settings, overrides=overrides, **params)
+        if not isinstance(overrides, dict):
+            raise ValueError(f"a cycle's training overrides are an object of training options; got {overrides!r}")
+        # What a cycle started through the service may change about its run: `TrainingKnobs`, the
+        # same declaration the CLI's flags come from; anything else stays as the settings say.
+        config = CycleConfig.from_settings(settings, overrides=TrainingKnobs.from_mapping(overrides).as_overrides(),
+                                           **params)
         result = run_cycle(job.store, settings, config, cycle_id=job.job.id, deps=deps)
         if result.status == "failed":
             raise RuntimeError(result.message)

@@ -28,6 +28,7 @@ from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.settings import Settings
 from feedback.datasets import SafetyFilter
 from feedback.store import Store, TrainingRun
+from trainer.config import TrainingKnobs
 from trainer.launch import TrainingBusy, TrainingStatus, launch_training, poll_training, should_train
 
 POLL_S = 1.0  # progress.jsonl is written once per logged step; polling faster buys nothing
@@ -139,7 +140,8 @@ def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
         try:
             run = start_training(job.store, settings, method=method, backend=job.backend,
                                  trigger=job.job.trigger if job.job else "manual",
-                                 job_id=job.job.id if job.job else None)
+                                 job_id=job.job.id if job.job else None,
+                                 overrides=TrainingKnobs.from_mapping(job.params.get("overrides")).as_overrides())
         except TrainingBusy as exc:
             return {"status": "skipped", "reason": f"refused: {exc}"}
         if run.status == "failed":  # no examples: launch_training recorded why
