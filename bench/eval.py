@@ -39,7 +39,8 @@ from _machine import cpu_model  # noqa: E402
 
 from evaluator.hh import evaluate_hh  # noqa: E402
 from evaluator.hh_data import load_hh  # noqa: E402
-from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer, encode_rows  # noqa: E402
+from evaluator.logprobs import BatchConfig, encode_rows  # noqa: E402
+from evaluator.scoring import ImplicitRewardScorer, LogLikelihoodScorer  # noqa: E402
 
 
 def machine() -> dict:

@@ -16,14 +16,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from evaluator.hh import evaluate_hh
 from evaluator.hh_data import HHPair, HHStats, HHSubset
-from evaluator.scoring import (
-    BatchConfig,
-    ImplicitRewardScorer,
-    LogLikelihoodScorer,
-    RewardModelScorer,
-    encode_rows,
-    render,
-)
+from evaluator.logprobs import BatchConfig, encode_rows, render
+from evaluator.scoring import ImplicitRewardScorer, LogLikelihoodScorer, RewardModelScorer
 
 # (question, answer the model is trained on, distractor of similar length)
 PAIRS = [

@@ -174,7 +174,8 @@ def hh(
     _quiet()
     from evaluator.hh import evaluate_hh
     from evaluator.hh_data import load_hh
-    from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer, RewardModelScorer
+    from evaluator.logprobs import BatchConfig
+    from evaluator.scoring import ImplicitRewardScorer, LogLikelihoodScorer, RewardModelScorer
 
     if model is None and adapter is None and scorer != "reward":
         model, adapter = _live_release_model(ctx, data_dir) or (None, None)

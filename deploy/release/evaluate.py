@@ -186,7 +186,8 @@ def _default_attributes() -> str:
 
 def _hh(model: Any, tokenizer: Any, side: _Side, subsets: dict, say: Progress) -> tuple[float | None, dict]:
     from evaluator.hh import evaluate_hh
-    from evaluator.scoring import BatchConfig, ImplicitRewardScorer, LogLikelihoodScorer
+    from evaluator.logprobs import BatchConfig
+    from evaluator.scoring import ImplicitRewardScorer, LogLikelihoodScorer
 
     batch = BatchConfig(workers=1)
     n = sum(len(s.pairs) for s in subsets.values())
