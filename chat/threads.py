@@ -16,7 +16,7 @@ Design choices:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from feedback.store import Message, Store
@@ -41,6 +41,9 @@ class MessageView:
     sibling_index: int  # 0-based position among siblings
     rating: dict | None = None  # {"value", "reasons", "comment"} — the user's latest
     generation: dict | None = None
+    # Steering attributes an answer's siblings were generated with ({} where unknown): the
+    # chat shows which values changed between regenerated answers.
+    sibling_attributes: list[dict] = field(default_factory=list)
 
     @property
     def sibling_count(self) -> int:
@@ -50,7 +53,8 @@ class MessageView:
         return {
             "id": self.id, "role": self.role, "content": self.content, "status": self.status,
             "parent_id": self.parent_id, "created_at": self.created_at,
-            "siblings": {"index": self.sibling_index + 1, "count": self.sibling_count, "ids": self.sibling_ids},
+            "siblings": {"index": self.sibling_index + 1, "count": self.sibling_count, "ids": self.sibling_ids,
+                         "attributes": self.sibling_attributes},
             "rating": self.rating, "generation": self.generation,
         }
 
@@ -90,8 +94,11 @@ def thread_view(store: Store, conversation_id: str, user_id: str, *, leaf_id: st
         return []
     thread = store.thread(conversation_id, leaf_id)
     children: dict[tuple[str | None, str], list[str]] = {}
+    attributes: dict[str, dict] = {}
     for m in everything:
         children.setdefault((m.parent_id, m.role), []).append(m.id)
+        if m.generation is not None:
+            attributes[m.id] = m.generation.attributes.as_dict()
     ratings = latest_ratings(store, user_id, [m.id for m in thread if m.role == "assistant"])
     views = []
     for m in thread:
@@ -100,6 +107,7 @@ def thread_view(store: Store, conversation_id: str, user_id: str, *, leaf_id: st
             id=m.id, role=m.role, content=m.content, status=m.status, parent_id=m.parent_id,
             created_at=m.created_at.isoformat(), sibling_ids=sibs, sibling_index=sibs.index(m.id),
             rating=ratings.get(m.id), generation=generation_dict(m),
+            sibling_attributes=[attributes.get(s, {}) for s in sibs] if m.role == "assistant" else [],
         ))
     return views
 

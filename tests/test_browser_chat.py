@@ -151,7 +151,15 @@ def test_send_streams_the_answer_and_stores_it(page, live, context, output_dir):
     page.screenshot(path=str(output_dir / "ui-chat.png"), full_page=True)
 
 
+def open_steering(page) -> None:
+    """The sliders live in the right-hand drawer: one tap on its toggle opens it."""
+    if not page.locator("#verbosity").is_visible():
+        page.click("#steering > .toggle-button")
+        page.wait_for_selector("#verbosity", state="visible", timeout=WAIT_MS)
+
+
 def test_slider_value_is_stored_with_the_next_answer(page, live, context):
+    open_steering(page)
     page.fill("#verbosity input[type='number']", "0")
     page.press("#verbosity input[type='number']", "Enter")
     page.fill("#complexity input[type='number']", "4")
@@ -384,7 +392,7 @@ def user_id_or_none(live, context):
         return None
 
 
-def test_operator_tab_needs_admin_and_shows_the_loop(browser, live, output_dir):
+def test_operator_screen_needs_admin_and_shows_the_loop(browser, live, output_dir):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         page = open_app(ctx, live.url)
@@ -394,13 +402,18 @@ def test_operator_tab_needs_admin_and_shows_the_loop(browser, live, output_dir):
         from feedback.extract.runner import run_extraction
 
         assert run_extraction(live.store, make_extractor("fast"), lock=threading.Lock(), trigger="test").new_events >= 1
-        assert page.locator("#operator-tab-button").count() == 0 or not page.get_by_role("tab", name="Operator").is_visible()
+        assert "Operator screen" not in page.inner_text("#who")
+        page.goto(live.url + "/operator/")
+        page.wait_for_function("() => document.body.innerText.includes('This page is for operators')", timeout=WAIT_MS)
+        assert "Conversations" not in page.inner_text("#operator-summary")
         page.goto(live.url + "/signin")
         page.screenshot(path=str(output_dir / "ui-signin.png"))
         page.fill("#token", ADMIN_TOKEN)
         page.click("button[type='submit']")
         page.wait_for_selector("#input textarea", timeout=WAIT_MS)
-        page.get_by_role("tab", name="Operator").click()
+        page.wait_for_function("() => document.querySelector('#who').innerText.includes('Operator screen')",
+                               timeout=WAIT_MS)
+        page.click("#who a[href='/operator']")
         page.wait_for_function("() => document.querySelector('#operator-summary').innerText.includes('Conversations')",
                                timeout=WAIT_MS)
         page.wait_for_function("() => document.querySelector('#operator-turns').innerText.includes('operator')",

@@ -23,6 +23,3 @@ class UIDeps:
     inflight: InFlight
     hooks: ChatHooks
     max_message_chars: int = 8000
-    # Builds the operator tab's contents inside it and returns the refresh events the page load
-    # chains to; the composition root supplies it (chat never imports the operator screen).
-    operator_tab: Callable[[Callable[[Any], Any]], list[dict]] | None = None

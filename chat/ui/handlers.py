@@ -27,6 +27,7 @@ import gradio as gr
 from chat import turns
 from chat.backends.base import BackendError
 from chat.inflight import ServiceClosing
+from chat.notices import reference_for
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, descend, display_markdown, thread_view
 from chat.turns import Turn
 from chat.ui.deps import UIDeps
@@ -167,11 +168,9 @@ def _deltas(ui: ChatUI, turn: Turn, messages: list) -> Iterator[dict]:
                 last = now
                 partial = {"role": "assistant", "content": display_markdown(turn.text) + " ▍"}
                 yield {ui.view.chatbot: gr.update(value=messages + [partial])}
-    except Exception as exc:  # stored as an error answer by the turn; say it kindly
-        if not isinstance(exc, BackendError):
-            log.exception("turn failed")
+    except Exception as exc:  # stored as an error answer by the turn; say it kindly, log it in full
         ui.deps.hooks.on_error("backend" if isinstance(exc, BackendError) else "internal")
-        note = friendly_error(exc)
+        note = friendly_error(exc, reference_for(turn))
     finally:
         ui.deps.inflight.remove(turn)
         try:

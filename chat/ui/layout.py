@@ -1,9 +1,13 @@
-"""The chat tab's layout: every component, built once, held in a typed `ChatView`.
+"""The chat page's layout: every component, built once, held in a typed `ChatView`.
 
-A sidebar (who you are, new chat, your conversations, delete my data), the conversation in the
-middle (notices, the chatbot, the branch bar "◀ 2 / 3 ▶", the rating panel, the input), and the
-steering panel at the side (verbosity and complexity with a one-line preview of each level, the
-other attributes under "More"). Handlers refer to components by attribute, never by string.
+The conversation fills the page (notices, the chatbot, the branch bar "◀ 2 / 3 ▶", the rating
+panel, the input); two drawers hold the rest: on the left who you are, new chat, your
+conversations and delete my data; on the right the steering sliders (verbosity and complexity with
+a one-line preview of each level, the other attributes under "More"). Gradio's `Sidebar` is a
+drawer on a phone and a side panel on a desktop, so on a 390-pixel screen the conversation and the
+input come first and each drawer is one tap away; `OPEN_DRAWERS_JS` labels the two toggles for
+screen readers and opens the conversations on wide screens. Handlers refer to components by
+attribute, never by string.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ EXAMPLES = [
 ]
 
 CSS = """
-#sidebar { border-right: 1px solid var(--border-color-primary); padding-right: 8px; }
+#chatbot { height: calc(100dvh - 190px) !important; min-height: 280px; }
+#input-row { flex-wrap: nowrap; align-items: stretch; }
+#input-row > * { min-width: 0; }
+#send, #stop { min-width: 72px !important; max-width: 110px; }
 #conversations .wrap { flex-direction: column; align-items: stretch; }
 #conversations label { width: 100%; justify-content: flex-start; }
 #notice { border-left: 4px solid var(--color-accent); padding: 4px 10px; background: var(--background-fill-secondary); }
@@ -36,7 +43,18 @@ CSS = """
 .feedback-sample mark { background: #ffe28a; padding: 0 2px; border-radius: 3px; }
 .level-preview p { margin: -6px 0 8px 0; color: var(--body-text-color-subdued); font-size: 0.9em; }
 #who p { margin: 0; }
+#sidebar .toggle-button, #steering .toggle-button { outline-offset: 2px; }
 """
+
+# The drawers' toggles are Gradio's own buttons, labelled only "Toggle Sidebar": name them for
+# people using a screen reader, and open the conversation list where there is room for it.
+OPEN_DRAWERS_JS = """() => {
+  const name = (id, label) => { const b = document.querySelector(`#${id} > .toggle-button`);
+    if (b) { b.setAttribute('aria-label', label); b.setAttribute('title', label); } return b; };
+  const history = name('sidebar', 'Your conversations');
+  name('steering', 'Steer the answer');
+  if (window.innerWidth >= 1100 && history && !document.querySelector('#sidebar.open')) history.click();
+}"""
 
 
 @dataclass
@@ -90,16 +108,15 @@ def new_state() -> dict:
     return {"conv": None, "leaf": None, "ids": [], "views": [], "focus": None, "rate": None}
 
 
-def build_chat_tab() -> ChatView:
-    """Build the chat tab's components inside the caller's Blocks/Tab context."""
+def build_chat_page() -> ChatView:
+    """Build the chat page's components inside the caller's Blocks context."""
     state = gr.State(new_state())
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=220, elem_id="sidebar"):
-            sidebar = _sidebar()
-        with gr.Column(scale=4, elem_id="main"):
-            main = _conversation()
-        with gr.Column(scale=1, min_width=240, elem_id="steering"):
-            sliders, previews = _steering()
+    with gr.Sidebar(position="left", open=False, elem_id="sidebar", label="Your conversations", width=300):
+        sidebar = _sidebar()
+    with gr.Sidebar(position="right", open=False, elem_id="steering", label="Steer the answer", width=300):
+        sliders, previews = _steering()
+    with gr.Column(elem_id="main"):
+        main = _conversation()
     return ChatView(state=state, **sidebar, **main, sliders=sliders, previews=previews)
 
 
@@ -123,10 +140,12 @@ def _conversation() -> dict:
     parts = {
         "notice": gr.Markdown(visible=False, elem_id="notice"),
         "chatbot": gr.Chatbot(
-            elem_id="chatbot", height="62vh", editable="user", sanitize_html=True, allow_tags=False,
+            elem_id="chatbot", editable="user", sanitize_html=True, allow_tags=False,
             render_markdown=True, feedback_options=("Like", "Dislike"), group_consecutive_messages=False,
             buttons=["copy"], layout="bubble", show_label=False,
-            placeholder="**Ask for advice** on an everyday dilemma. Steer the answer with the sliders on the right.",
+            placeholder=("**Ask for advice** on an everyday dilemma. Press Enter to send, Shift+Enter for a new "
+                         "line. *Steer the answer* (top right) sets its length and complexity; your past chats "
+                         "are at the top left."),
             examples=[{"text": e} for e in EXAMPLES],
         ),
     }
@@ -141,9 +160,11 @@ def _conversation() -> dict:
         with gr.Row():
             parts["rating_save"] = gr.Button("Send feedback", variant="primary", size="sm", elem_id="rating-save")
             parts["rating_close"] = gr.Button("Close", size="sm", elem_id="rating-close")
-    with gr.Row(equal_height=True):
-        parts["box"] = gr.Textbox(placeholder="Describe your situation…", show_label=False, lines=2, max_lines=12,
-                                  scale=8, elem_id="input", autofocus=True)
+    # lines=1 with max_lines > 1 is Gradio's chat box: Enter sends, Shift+Enter adds a line, and the
+    # box grows with what is typed (with lines > 1 it is the other way round).
+    with gr.Row(equal_height=True, elem_id="input-row"):
+        parts["box"] = gr.Textbox(placeholder="Describe your situation…", label="Your message", show_label=False,
+                                  lines=1, max_lines=12, scale=8, elem_id="input", autofocus=True)
         parts["send"] = gr.Button("Send", variant="primary", scale=1, elem_id="send")
         parts["stop"] = gr.Button("Stop", variant="stop", scale=1, visible=False, elem_id="stop")
     return parts

@@ -9,42 +9,59 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat.backends.base import BackendError, BackendUnavailable
+from chat.backends.base import BackendError
 from chat.inflight import ServiceClosing
+from chat.notices import model_failure, reference_for, unexpected_failure
 from chat.threads import MessageView, display_markdown
 from feedback.attributes import LEVEL_WORDS, InvalidAttributes
 from feedback.store import InvalidInput, NotFound
 
 
-def friendly_error(exc: BaseException | str) -> str:
-    text = str(exc)
-    if isinstance(exc, BackendUnavailable):
-        return f"The model is not available right now. Please try again in a minute. ({text})"
+def friendly_error(exc: BaseException, reference: str | None = None) -> str:
+    """A notice in the user's words; a model failure or a bug gets a reference (see chat.notices)."""
     if isinstance(exc, BackendError):
-        return f"The model could not finish this answer. Try again, or rephrase. ({text})"
+        return model_failure(exc, reference or reference_for())
     if isinstance(exc, NotFound):
         return "That conversation or message is not available (it may have been deleted). Start a new chat."
     if isinstance(exc, (ServiceClosing, InvalidInput, InvalidAttributes)):
-        return text
-    return "Something went wrong on our side and it was logged. Please try again."
+        return str(exc)  # written for the user where it is raised ("The message is too long…")
+    return unexpected_failure(exc, reference or reference_for())
+
+
+# The attributes an answer's footer names: the two sliders people use, then any other that differs
+# between the answer and its siblings.
+_SHOWN = ("verbosity", "complexity")
+
+
+def steering_line(v: MessageView) -> str:
+    """"verbosity 1 · complexity 3", with the values that differ among siblings in bold."""
+    mine = (v.generation or {}).get("attributes") or {}
+    if not mine:
+        return ""
+    others = [a for a in v.sibling_attributes if a]
+    changed = {n for n in mine if any(a.get(n) != mine[n] for a in others)}
+    names = [*_SHOWN, *sorted(n for n in changed if n not in _SHOWN)]
+    return " · ".join(f"**{n} {mine[n]}**" if n in changed else f"{n} {mine[n]}" for n in names if n in mine)
 
 
 def _answer_footer(v: MessageView) -> str:
     parts = []
     if v.sibling_count > 1:
         parts.append(f"‹ {v.sibling_index + 1} / {v.sibling_count} ›")
+    if steering := steering_line(v):
+        parts.append(steering)
     if v.rating:
         # Words, not only an emoji: the reasons must read right in every font and screen reader.
         verdict = "Liked" if v.rating["value"] > 0 else "Disliked"
         reasons = ", ".join(v.rating["reasons"])
         parts.append(f"{verdict}: {reasons}" if reasons else verdict)
-    return ("\n\n<sub>" + " &nbsp; ".join(p.replace("<", "&lt;") for p in parts) + "</sub>") if parts else ""
+    return ("\n\n<sub>" + " &nbsp;·&nbsp; ".join(p.replace("<", "&lt;") for p in parts) + "</sub>") if parts else ""
 
 
 def _assistant_text(v: MessageView) -> str:
-    if v.status == "error":
-        err = (v.generation or {}).get("error") or "unknown error"
-        return f"⚠️ *The model could not answer this time.* Use regenerate to try again.\n\n<sub>{display_markdown(err)}</sub>"
+    if v.status == "error":  # the technical detail is on the stored answer, for the operator
+        return (f"⚠️ *The model could not answer this time.* Use regenerate to try again."
+                f"\n\n<sub>Reference {v.id[:8]}</sub>")
     body = display_markdown(v.content) if v.content else "*(no answer)*"
     if v.status == "interrupted":
         body += "\n\n*— stopped*"
@@ -92,7 +109,7 @@ def level_line(name: str, value: Any) -> str:
 
 def who_line(ident: Any) -> str:
     if getattr(ident, "name", None):
-        role = " (operator)" if ident.is_admin else ""
+        role = " · [Operator screen](/operator)" if ident.is_admin else ""
         return f"Signed in as **{ident.name.replace('<', '&lt;')}**{role} · [Sign out](/signout)"
     return "Chatting as a guest · [Sign in](/signin)"
 

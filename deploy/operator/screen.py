@@ -1,4 +1,4 @@
-"""The operator tab: the loop's health at a glance (admin only).
+"""The operator screen at `/operator`: the loop's health at a glance (admin only).
 
 Counts over time (conversations, turns, likes, dislikes) and ratings by reason as plots, the
 latest turns with their ratings, the jobs table and the releases table.
@@ -125,7 +125,7 @@ def _summary(store: Store, status: dict) -> str:
 def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[dict]:
     """Build the tab's contents (inside the caller's `gr.Tab`); returns the kwargs of the refresh
     events (the tab's own, then each panel's) that the page load chains to, in order."""
-    denied = "This tab is for operators. Sign in as the admin at [/signin](/signin)."
+    denied = "This page is for operators. Sign in as the admin at [/signin](/signin)."
     summary = gr.Markdown(elem_id="operator-summary")
     with gr.Row():
         bucket = gr.Radio(["hour", "day", "week"], value="day", label="Bucket", scale=2, elem_id="operator-bucket")
@@ -196,3 +196,15 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[d
     for i, button in enumerate(action_buttons):
         button.click(make_action(i), [action_kinds], [action_note], api_visibility="undocumented")
     return [kwargs, *panel_loads]
+
+
+def build_operator_page(deps: OperatorDeps, identify: Callable[[Any], Any]) -> gr.Blocks:
+    """The operator screen as a page of its own: its overview and panels refresh on page load."""
+    with gr.Blocks(title="Advisor · Operator", fill_width=True) as page:
+        gr.Markdown("## Advisor · operator screen  \n[Back to the chat](/) · [Sign out](/signout)")
+        refreshes = build_operator(deps, identify)
+        load = None
+        for refresh in refreshes:
+            load = page.load(**refresh) if load is None else load.then(**refresh)
+    page.queue(default_concurrency_limit=16)
+    return page

@@ -160,7 +160,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
 
     from chat.ui.app import build_ui
     from chat.ui.deps import UIDeps
-    from deploy.operator.screen import OperatorDeps, build_operator
+    from deploy.operator.screen import OperatorDeps, build_operator_page
 
     def identify(request: Any) -> Identity | None:
         if services.auth is None or request is None:
@@ -188,11 +188,12 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
                         "backend": _safe_health(services)},
         panels=panels,
     )
-    deps.operator_tab = lambda identify: build_operator(operator, identify)
-    blocks = build_ui(deps)
     # The UI has no uploads; cap Gradio's upload route anyway so it cannot be used to fill the disk.
-    gr.mount_gradio_app(app, blocks, path="/", footer_links=[], run_history=False, show_error=False,
-                        css=_ui_css(), theme=gr.themes.Soft(), max_file_size="1mb")
+    # The operator page is mounted first: "/" would otherwise take "/operator" too.
+    common = {"footer_links": [], "run_history": False, "show_error": False, "css": _ui_css(),
+              "theme": gr.themes.Soft(), "max_file_size": "1mb"}
+    gr.mount_gradio_app(app, build_operator_page(operator, identify), path="/operator", **common)
+    gr.mount_gradio_app(app, build_ui(deps), path="/", **common)
 
 
 def _safe_health(services: Services) -> dict:

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chat.backends import BackendError, BackendUnavailable
 from chat.inflight import ServiceClosing
+from chat.notices import model_failure, reference_for
 from deploy.service.state import Services
 from feedback.attributes import InvalidAttributes
 from feedback.store import InvalidInput, NotFound, StoreError
@@ -30,8 +31,9 @@ def error_response(status: int, message: str, *, code: str, type_: str = "invali
                         status_code=status, headers=headers)
 
 
-def as_api_error(exc: Exception) -> ApiError:
-    """Domain exceptions → HTTP status and a message written for the person calling."""
+def as_api_error(exc: Exception, reference: str | None = None) -> ApiError:
+    """Domain exceptions → HTTP status and a message written for the person calling. A model
+    failure's technical detail goes to the log under `reference` (chat.notices), not to the caller."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, NotFound):
@@ -42,16 +44,18 @@ def as_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ServiceClosing):
         return ApiError(503, str(exc), code="closing", type_="server_error")
     if isinstance(exc, BackendUnavailable):
-        return ApiError(503, f"The model is not available right now: {exc}", code="model_unavailable",
+        return ApiError(503, model_failure(exc, reference or reference_for()), code="model_unavailable",
                         type_="server_error")
     if isinstance(exc, BackendError):
-        return ApiError(502, f"The model failed to answer: {exc}", code="model_error", type_="server_error")
+        return ApiError(502, model_failure(exc, reference or reference_for()), code="model_error",
+                        type_="server_error")
     if isinstance(exc, StoreError):
         return ApiError(500, str(exc), code="store_error", type_="server_error")
     if isinstance(exc, ValueError):  # e.g. SamplingParams' own checks
         return ApiError(400, str(exc), code="invalid_input")
-    return ApiError(500, "Something went wrong on our side; it has been logged. Please try again.",
-                    code="internal", type_="server_error")
+    reference = reference or reference_for()
+    return ApiError(500, f"Something went wrong on our side; it has been logged. Please try again. "
+                         f"(Reference {reference}.)", code="internal", type_="server_error")
 
 log = logging.getLogger("advisor.api")
 
@@ -97,8 +101,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        api_exc = as_api_error(exc)
+        reference = reference_for()
+        api_exc = as_api_error(exc, reference)
         if api_exc.status >= 500 and api_exc.code == "internal":
-            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            log.exception("unhandled error [reference %s] on %s %s", reference, request.method, request.url.path)
         request.app.state.services.metrics.record_error(api_exc.code)
         return error_response(api_exc.status, api_exc.message, code=api_exc.code, type_=api_exc.type)

@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from chat.backends import BackendError
+from chat.notices import reference_for
 from chat.turns import Turn
 from deploy.service.errors import ApiError, as_api_error
 from deploy.service.shapes import message_dict
@@ -40,7 +41,7 @@ def run_turn_blocking(services: Services, turn: Turn, source: str, key: str | No
     try:
         turn.run()
     except Exception as exc:
-        err = as_api_error(exc)
+        err = as_api_error(exc, reference_for(turn))
         services.metrics.record_error("backend" if isinstance(exc, BackendError) else "internal")
         raise ApiError(err.status, err.message, code=err.code, type_=err.type) from exc
     finally:
@@ -96,7 +97,7 @@ def stream_turn(services: Services, turn: Turn, source: str, encode=None, start:
                 if kind == "delta":
                     yield encode("delta", value)
                 elif kind == "error":
-                    err = as_api_error(value)
+                    err = as_api_error(value, reference_for(turn))
                     services.metrics.record_error("backend" if isinstance(value, BackendError) else "internal")
                     yield encode("error", {"message": err.message, "type": err.type, "code": err.code})
                 else:
