@@ -153,9 +153,9 @@ def test_send_streams_the_answer_and_stores_it(page, live, context, output_dir):
 
 def open_steering(page) -> None:
     """The sliders live in the right-hand drawer: one tap on its toggle opens it."""
-    if not page.locator("#verbosity").is_visible():
+    if not page.locator("#steering.open").count():  # a closed drawer is off screen, not hidden
         page.click("#steering > .toggle-button")
-        page.wait_for_selector("#verbosity", state="visible", timeout=WAIT_MS)
+        page.wait_for_selector("#steering.open", timeout=WAIT_MS)
 
 
 def test_slider_value_is_stored_with_the_next_answer(page, live, context):
