@@ -413,11 +413,11 @@ def test_operator_screen_needs_admin_and_shows_the_loop(browser, live, output_di
         page.wait_for_selector("#input textarea", timeout=WAIT_MS)
         page.wait_for_function("() => document.querySelector('#who').innerText.includes('Operator screen')",
                                timeout=WAIT_MS)
-        page.click("#who a[href='/operator']")
-        page.wait_for_function("() => document.querySelector('#operator-summary').innerText.includes('Conversations')",
-                               timeout=WAIT_MS)
-        page.wait_for_function("() => document.querySelector('#operator-turns').innerText.includes('operator')",
-                               timeout=WAIT_MS)
+        assert page.locator("#who a[href='/operator']").count() == 1
+        page.goto(live.url + "/operator/")
+        for selector, text in (("#operator-summary", "Conversations"), ("#operator-turns", "operator")):
+            page.wait_for_function(f"() => {{ const e = document.querySelector('{selector}'); "
+                                   f"return e && e.innerText.includes('{text}'); }}", timeout=WAIT_MS)
         assert page.locator("#operator-counts").is_visible() and page.locator("#operator-reasons").is_visible()
         # The mined feedback sample: the span is marked, the user's HTML stays text.
         page.wait_for_selector("#operator-feedback-sample mark", timeout=WAIT_MS)
