@@ -499,10 +499,11 @@ def build() -> list[dict]:
     rng = random.Random(SEED)
     items = []
     for i in range(TEMPLATED):
-        split = ("dev", "test")[i % 2]
+        half = (i + i // len(TEMPLATES)) % 2  # each template alternates between the splits round by round
         template = TEMPLATES[i % len(TEMPLATES)]
-        text, spans = fill(template, Pools(rng, i % 2))
-        items.append({"id": f"tpl-{i:03d}", "split": split, "kind": "template", "text": text, "spans": spans})
+        text, spans = fill(template, Pools(rng, half))
+        items.append({"id": f"tpl-{i:03d}", "split": ("dev", "test")[half], "kind": "template", "text": text,
+                      "spans": spans})
     for i, marked in enumerate(HAND):
         text, spans = unmark(marked)
         items.append({"id": f"hand-{i:03d}", "split": ("dev", "test")[i % 2], "kind": "hand", "text": text,
