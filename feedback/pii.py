@@ -19,9 +19,9 @@ Design choices:
   feedback/data/pii_testset.jsonl (bench/pii.py): without a model (`ner="blank"`, a bare spaCy
   tokenizer) no name is found and birth dates only in numeric forms; with it, person names reach
   about 0.87 recall (0.86 on the test split) and addresses about 0.75 (pyap2; street-only
-  addresses and continental European ones are missed). The large model (en_core_web_lg, Presidio's default) is not on PyPI. A name
-  list (names-dataset, 730k first names) was measured and rejected: 34 s and 1.9 GB to load, and
-  it lists "The", "Can" and "Bitcoin" as first names.
+  addresses and continental European ones are missed). The large model (en_core_web_lg,
+  Presidio's default) is not on PyPI. A name list (names-dataset, 730k first names) was measured
+  and rejected: 34 s and 1.9 GB to load, and it lists "The", "Can" and "Bitcoin" as first names.
 - Types and placeholders: `PLACEHOLDERS`. A URL is redacted when written with a scheme, with
   "www." or with a path (profile pages, shared documents, links with credentials: the person is
   in the path or the userinfo, and a model has nothing to learn from memorising links); a bare
