@@ -11,8 +11,9 @@ Design choices:
   failed answer: never feedback, but the watermark still moves past it.
 - Streaming in chunks (keyset pagination on `seq`), one transaction per chunk for the events and
   the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
-  chunk is never half-applied. Events are INSERT OR IGNORE on (message, category, offsets,
-  extractor), so a rerun adds no duplicates; a chunk's events go in as one Arrow table.
+  chunk is never half-applied. Events skip duplicates on (message, category, offsets,
+  extractor), so a rerun adds none; a chunk's events go in as one statement
+  (`Store.add_feedback_events`).
 - Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
   items by reason, errors and duration; a running job's row is updated after every chunk.
 - Concurrency: a scheduled and a manual run must not process the same messages twice. The caller
@@ -52,33 +53,6 @@ LEFT JOIN messages a ON a.id = u.parent_id AND a.role = 'assistant' AND a.status
 LEFT JOIN messages p ON p.id = a.parent_id AND p.role = 'user'
 ORDER BY u.seq
 """
-
-
-_EVENT_COLUMNS = ("id", "conversation_id", "message_id", "target_message_id", "category", "span", "span_start",
-                  "span_end", "extractor", "extractor_version", "job_id")
-
-
-def _insert_events(cur, events: list[FeedbackEvent]) -> int:
-    """INSERT OR IGNORE a chunk's events as one Arrow table, inside the caller's transaction.
-
-    Same semantics as `Store.add_feedback_events`, but one statement per chunk: row-by-row
-    `executemany` costs milliseconds a row in DuckDB, which dominated a run's time."""
-    unique: dict[tuple, FeedbackEvent] = {}
-    for e in events:  # the same span twice in one statement would violate the unique key
-        unique.setdefault((e.message_id, e.category, e.span_start, e.span_end, e.extractor), e)
-    if not unique:
-        return 0
-    import pyarrow as pa
-
-    table = pa.table({c: [getattr(e, c) for e in unique.values()] for c in _EVENT_COLUMNS})
-    columns = ", ".join(_EVENT_COLUMNS)
-    before = cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0]
-    cur.register("_new_feedback_events", table)
-    try:
-        cur.execute(f"INSERT OR IGNORE INTO feedback_events ({columns}) SELECT {columns} FROM _new_feedback_events")
-    finally:
-        cur.unregister("_new_feedback_events")
-    return int(cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0] - before)
 
 
 class WatermarkMoved(RuntimeError):
@@ -200,11 +174,11 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
                         job_id=job.id,
                     ) for s in spans]
             new_cursor = int(rows[-1][2])
-            with store.transaction() as cur:
+            with store.transaction():
                 if store.get_watermark(name) != cursor:
                     raise WatermarkMoved(
                         f"the watermark {name} moved under this run (another run wrote it); stopped without writing")
-                out.new_events += _insert_events(cur, events)
+                out.new_events += store.add_feedback_events(events)
                 store.set_watermark(name, new_cursor)
             cursor = new_cursor
             out.messages += len(rows)
