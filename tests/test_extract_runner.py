@@ -13,12 +13,11 @@ from feedback.extract import (
     FastConfig,
     FastExtractor,
     LLMExtractor,
-    feedback_prevalence,
-    recent_feedback,
     run_extraction,
 )
 from feedback.extract.types import BatchResult, ExtractorUnavailable
 from feedback.store import Store
+from feedback.store.reports import feedback_prevalence, recent_feedback
 
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
 

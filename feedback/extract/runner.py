@@ -1,4 +1,5 @@
-"""Incremental extraction runs over the store, and the queries the operator tab plots.
+"""Incremental extraction runs over the store (the operator tab's reads of their output are in
+`feedback.store.reports`).
 
 Design choices:
 - A run processes only user messages with `seq` above the extractor's watermark
@@ -32,7 +33,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
 
 from feedback.extract.types import Extractor, ExtractorUnavailable, Window
 from feedback.store import FeedbackEvent, Store
@@ -240,50 +240,3 @@ class ExtractionRunner:
     @property
     def busy(self) -> bool:
         return self.lock.locked()
-
-
-# ---------------------------------------------------------------------------- operator queries
-
-
-def feedback_prevalence(store: Store, days: int = 30, *, extractor: str | None = None,
-                        now: datetime | None = None) -> list[dict]:
-    """Share of conversations with feedback, per category and day, over the last `days` days.
-
-    One row per (day, category) for every day with user activity, categories in taxonomy order
-    plus "any": {"day", "category", "conversations", "with_feedback", "share"}. A conversation
-    counts on a day when a user wrote in it that day; it has feedback of a category on that day
-    when an event of that category sits in one of that day's messages."""
-    since = (now or datetime.now(timezone.utc)) - timedelta(days=days)
-    active = dict(store.query(
-        "SELECT CAST(created_at AS DATE) AS day, count(DISTINCT conversation_id) FROM messages "
-        "WHERE role = 'user' AND created_at >= ? GROUP BY day", [since]))
-    filter_sql, params = ("AND e.extractor = ?", [since, extractor]) if extractor else ("", [since])
-    found: dict = {}
-    for day, category, n in store.query(
-        "SELECT CAST(m.created_at AS DATE) AS day, coalesce(e.category, 'any'), count(DISTINCT e.conversation_id) "
-        "FROM feedback_events e JOIN messages m ON m.id = e.message_id "
-        f"WHERE m.created_at >= ? {filter_sql} GROUP BY GROUPING SETS ((day, e.category), (day))", params
-    ):
-        found[(day, category)] = int(n)
-    rows = []
-    for day in sorted(active):
-        total = int(active[day])
-        for category in (*CATEGORY_IDS, "any"):
-            k = found.get((day, category), 0)
-            rows.append({"day": day, "category": category, "conversations": total, "with_feedback": k,
-                         "share": round(k / total, 4) if total else 0.0})
-    return rows
-
-
-def recent_feedback(store: Store, limit: int = 50, *, category: str | None = None) -> list[dict]:
-    """The newest mined events with the whole user message, for a person to check the spans
-    (`message[span_start:span_end]` is the span)."""
-    where, params = ("WHERE e.category = ?", [category, limit]) if category else ("", [limit])
-    rows = store.query(
-        "SELECT e.id, e.conversation_id, e.message_id, e.category, e.span, e.span_start, e.span_end, "
-        "e.extractor, e.extractor_version, e.job_id, e.created_at, m.content "
-        f"FROM feedback_events e JOIN messages m ON m.id = e.message_id {where} "
-        "ORDER BY e.created_at DESC LIMIT ?", params)
-    keys = ("id", "conversation_id", "message_id", "category", "span", "span_start", "span_end", "extractor",
-            "extractor_version", "job_id", "created_at", "message")
-    return [dict(zip(keys, r)) for r in rows]
