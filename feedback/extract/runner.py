@@ -14,7 +14,8 @@ Design choices:
   the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
   chunk is never half-applied. Events skip duplicates on (message, category, offsets,
   extractor), so a rerun adds none; a chunk's events go in as one statement
-  (`Store.add_feedback_events`).
+  (`Store.add_feedback_events`). The store's typed reads supply the chunks
+  (`feedback.store.analytics.user_turns_after`); this module holds no SQL.
 - Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
   items by reason, errors and duration; a running job's row is updated after every chunk.
 - Concurrency: a scheduled and a manual run must not process the same messages twice. The caller
@@ -36,24 +37,11 @@ from dataclasses import asdict, dataclass, field
 
 from feedback.extract.types import Extractor, ExtractorUnavailable, Window
 from feedback.store import FeedbackEvent, Store
+from feedback.store.analytics import user_turns_after
 from feedback.taxonomy import CATEGORY_IDS
 
 JOB_KIND = "extract"
 MAX_ERRORS_KEPT = 20
-
-_CHUNK_SQL = """
-WITH u AS (
-    SELECT id, conversation_id, parent_id, content, seq FROM messages
-    WHERE role = 'user' AND seq > ? AND seq <= ?
-    ORDER BY seq LIMIT ?
-)
-SELECT u.id, u.conversation_id, u.seq, u.content, a.id, a.content, p.content
-FROM u
-LEFT JOIN messages a ON a.id = u.parent_id AND a.role = 'assistant' AND a.status <> 'error'
-LEFT JOIN messages p ON p.id = a.parent_id AND p.role = 'user'
-ORDER BY u.seq
-"""
-
 
 class WatermarkMoved(RuntimeError):
     """Another run advanced the watermark under this one; this run stops without writing."""
@@ -88,10 +76,8 @@ def watermark_name(extractor: Extractor) -> str:
 
 
 def _running_job(store: Store, exclude: str | None = None) -> str | None:
-    rows = store.query(
-        "SELECT id FROM jobs WHERE kind = ? AND status = 'running' AND id <> ? ORDER BY created_at DESC LIMIT 1",
-        [JOB_KIND, exclude or ""])
-    return rows[0][0] if rows else None
+    job = store.running_job(JOB_KIND, exclude=exclude)
+    return job.id if job else None
 
 
 def _skip(store: Store, extractor: Extractor, trigger: str, params: dict, job_id: str | None) -> JobResult:
@@ -147,13 +133,13 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
     name = watermark_name(extractor)
     versions = getattr(extractor, "versions", {extractor.name: extractor.version})
     cursor = store.get_watermark(name)
-    high = int(store.query("SELECT coalesce(max(seq), 0) FROM messages")[0][0])
+    high = store.last_message_seq()
     out = JobResult(job.id, "running", trigger, extractor.name, watermark_from=cursor, watermark_to=cursor)
     stats: Counter = Counter()
     error: str | None = None
     try:
         while cursor < high:
-            rows = store.query(_CHUNK_SQL, [cursor, high, chunk_size])
+            rows = user_turns_after(store, cursor, high, chunk_size)
             if not rows:
                 break
             windows, meta = [], []
@@ -173,7 +159,7 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
                         extractor=s.extractor, extractor_version=versions.get(s.extractor, extractor.version),
                         job_id=job.id,
                     ) for s in spans]
-            new_cursor = int(rows[-1][2])
+            new_cursor = int(rows[-1].seq)
             with store.transaction():
                 if store.get_watermark(name) != cursor:
                     raise WatermarkMoved(
@@ -208,9 +194,7 @@ def _fill(store: Store, out: JobResult, stats: Counter, started: float) -> None:
     """Counts of the events this job inserted (not those ignored as duplicates), and the rest."""
     per_category = {c: 0 for c in CATEGORY_IDS}
     per_extractor: dict[str, int] = {}
-    for category, extractor, n in store.query(
-        "SELECT category, extractor, count(*) FROM feedback_events WHERE job_id = ? GROUP BY ALL", [out.job_id]
-    ):
+    for category, extractor, n in store.feedback_event_counts(out.job_id):
         per_category[category] = per_category.get(category, 0) + int(n)
         per_extractor[extractor] = per_extractor.get(extractor, 0) + int(n)
     out.per_category, out.per_extractor = per_category, per_extractor
