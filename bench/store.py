@@ -124,14 +124,15 @@ def prefill(store: Store, turns: int) -> None:
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
     store.ensure_user("past")
-    with store.transaction() as cur:
-        cur.execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
-                    "FROM range(?) t(i)", [turns])
-        cur.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
-                    "SELECT 'past-m' || i, 'past-c' || (i // 2), CASE WHEN i % 2 = 1 THEN 'past-m' || (i - 1) END, "
-                    "CASE WHEN i % 2 = 1 THEN 'assistant' ELSE 'user' END, ?, CASE WHEN i % 2 = 1 THEN ? END "
-                    "FROM range(?) t(i) ORDER BY i", [ANSWER, meta, 2 * turns])
-    store.query("CHECKPOINT")  # measure from a settled file, not from a WAL holding the bulk load
+    # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helper.
+    with store.transaction():
+        store._execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
+                       "FROM range(?) t(i)", [turns])
+        store._execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
+                       "SELECT 'past-m' || i, 'past-c' || (i // 2), CASE WHEN i % 2 = 1 THEN 'past-m' || (i - 1) END, "
+                       "CASE WHEN i % 2 = 1 THEN 'assistant' ELSE 'user' END, ?, CASE WHEN i % 2 = 1 THEN ? END "
+                       "FROM range(?) t(i) ORDER BY i", [ANSWER, meta, 2 * turns])
+    store._execute("CHECKPOINT")  # measure from a settled file, not from a WAL holding the bulk load
 
 
 def bench_logging(turns: int, threads: int, past: int) -> tuple[float, list[float]]:

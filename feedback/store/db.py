@@ -173,14 +173,6 @@ class Database:
             cur.unregister(view)
         return int(rows[0][0]) if rows else 0
 
-    # ---- raw reads: kept only until every caller has a typed read (removed later in this series)
-
-    def query(self, sql: str, params: Sequence | dict | None = None) -> list[tuple]:
-        return self._analytics(sql, params)
-
-    def query_df(self, sql: str, params: Sequence | dict | None = None):
-        return self._analytics_arrow(sql, params)
-
     # ---- analytics reads (DuckDB SQL: later DuckDB over data exported from PostgreSQL)
 
     def _analytics(self, sql: str, params: Params | dict | None = None) -> list[tuple]:
