@@ -235,7 +235,7 @@ def main() -> None:
     rate1, lat1 = bench_logging(args.turns, 1, args.prefill)
     rate8, lat8 = bench_logging(args.turns, 8, args.prefill)
     p50, p99 = pct(lat1, 0.5) * 1000, pct(lat1, 0.99) * 1000
-    print(f"logging, 1 thread : {rate1:7.1f} turns/s   p50 {p50:6.1f} ms   p99 {pct(lat1, 0.99) * 1000:6.1f} ms   (n={len(lat1)})")
+    print(f"logging, 1 thread : {rate1:7.1f} turns/s   p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   (n={len(lat1)})")
     print(f"logging, 8 threads: {rate8:7.1f} turns/s   p50 {pct(lat8, 0.5) * 1000:6.1f} ms   p99 {pct(lat8, 0.99) * 1000:6.1f} ms   "
           f"(n={len(lat8)}; writes are serialised, so latency includes queueing)")
 

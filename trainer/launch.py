@@ -188,7 +188,7 @@ def launch_training(
             copy_dataset(dataset_dir, run_dir, method) if dataset_dir is not None
             else build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
                                eval_fraction=eval_fraction))
-        run = store.create_training_run(
+        store.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=str(base_model), job_id=job.id,
             parent_release_id=parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
         )
