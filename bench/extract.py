@@ -70,8 +70,6 @@ DETAILS = ("I'm {n}.", "We have {n} kids.", "It's been {n} weeks.", "I earn abou
 
 def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     """Bulk-load `n` conversations into a fresh store at `path` (seq in parent-before-child order)."""
-    import pyarrow as pa
-
     from feedback.store import Store
     from tools.data.gold_topics import TOPICS
     from tools.data.make_dev_gold import CHECK_QUESTION, REPLY_PREFIX, _Composer
@@ -83,8 +81,9 @@ def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     step = timedelta(days=30) / max(n, 1)
     t0 = time.perf_counter()
     n_messages = 0
+    # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helpers.
     with Store(path) as store:
-        store.query("SET threads TO 1")  # nextval() in row order
+        store._execute("SET threads TO 1")  # nextval() in row order
         for lo in range(0, n, batch):
             users, convs, msgs = set(), {k: [] for k in ("id", "user_id", "title", "created_at")}, {
                 k: [] for k in ("id", "conversation_id", "parent_id", "role", "content", "created_at")}
@@ -110,21 +109,15 @@ def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
                 for key, value in zip(convs, (conv_id, user_id, topic.ask[:80], when)):
                     convs[key].append(value)
                 n_messages += len(thread)
-            with store.transaction() as cur:
-                cur.register("new_users", pa.table({"id": sorted(users)}))
-                cur.execute("INSERT INTO users (id) SELECT id FROM new_users ON CONFLICT DO NOTHING")
-                cur.register("new_convs", pa.table(convs))
-                cur.execute("INSERT INTO conversations (id, user_id, title, source, created_at, updated_at) "
-                            "SELECT id, user_id, title, 'simulator', created_at, created_at FROM new_convs")
-                cur.register("new_msgs", pa.table(msgs))
-                cur.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, created_at) "
-                            "SELECT * FROM new_msgs")
-                for name in ("new_users", "new_convs", "new_msgs"):
-                    cur.unregister(name)
-        bad = store.query("SELECT count(*) FROM messages c JOIN messages p ON c.parent_id = p.id WHERE c.seq <= p.seq")
+            convs["source"], convs["updated_at"] = ["simulator"] * len(convs["id"]), convs["created_at"]
+            with store.transaction():
+                store._insert_rows("users", ["id"], {"id": sorted(users)}, skip_conflicts=True)
+                store._insert_rows("conversations", list(convs), convs)
+                store._insert_rows("messages", list(msgs), msgs)
+        bad = store._analytics("SELECT count(*) FROM messages c JOIN messages p ON c.parent_id = p.id WHERE c.seq <= p.seq")
         if bad[0][0]:
             raise SystemExit(f"generated log is not in parent-before-child seq order ({bad[0][0]} rows)")
-        n_user = store.query("SELECT count(*) FROM messages WHERE role = 'user'")[0][0]
+        n_user = store._analytics("SELECT count(*) FROM messages WHERE role = 'user'")[0][0]
     return {"conversations": n, "messages": n_messages, "user_messages": int(n_user),
             "seconds": round(time.perf_counter() - t0, 1), "file_mib": round(path.stat().st_size / 2**20, 1)}
 
@@ -183,14 +176,14 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
     extractor.extract = timed  # type: ignore[method-assign]
     samples: list[dict] = []
     with Store(db) as store:
-        store.query("SET threads TO 1")
-        n_conv = store.query("SELECT count(*) FROM conversations")[0][0]
+        store._execute("SET threads TO 1")  # settings, DuckDB's memory: no typed API, so private helpers
+        n_conv = store.stats()["rows"]["conversations"]
         rss0 = proc.memory_info().rss
         last = [time.perf_counter(), 0]
 
         def progress(r) -> None:
             now = time.perf_counter()
-            duckdb_bytes = store.query("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
+            duckdb_bytes = store._analytics("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
             samples.append({"chunk": r.chunks, "messages": r.messages, "seconds": now - last[0],
                             "chunk_messages": r.messages - last[1], "rss_mib": proc.memory_info().rss / 2**20,
                             "duckdb_mib": duckdb_bytes / 2**20})

@@ -74,16 +74,9 @@ def generation_dict(message: Message) -> dict | None:
 
 
 def latest_ratings(store: Store, user_id: str, message_ids: list[str]) -> dict[str, dict]:
-    """The user's latest rating of each message, in one query."""
-    if not message_ids:
-        return {}
-    rows = store.query(
-        "SELECT message_id, arg_max(value, created_at), arg_max(reasons, created_at), "
-        "arg_max(comment, created_at) FROM ratings WHERE user_id = ? AND list_contains(?, message_id) "
-        "GROUP BY message_id",
-        [user_id, message_ids],
-    )
-    return {mid: {"value": int(v), "reasons": list(r or []), "comment": c or ""} for mid, v, r, c in rows}
+    """The user's latest rating of each message, in one query, as the view shows it."""
+    return {mid: {"value": int(r.value), "reasons": list(r.reasons or []), "comment": r.comment or ""}
+            for mid, r in store.latest_ratings(user_id, message_ids).items()}
 
 
 def thread_view(store: Store, conversation_id: str, user_id: str, *, leaf_id: str | None = None) -> list[MessageView]:
@@ -116,11 +109,7 @@ def descend(store: Store, conversation_id: str, start_id: str) -> str:
     """The leaf reached from `start_id` by following, at each fork, the kept child (else the newest):
     where the branch goes when the user switches to sibling `start_id`."""
     everything = store.get_messages(conversation_id)
-    chosen = dict(store.query(
-        "SELECT parent_id, arg_max(message_id, created_at) FROM sibling_choices "
-        "WHERE message_id IN (SELECT id FROM messages WHERE conversation_id = ?) GROUP BY parent_id",
-        [conversation_id],
-    ))
+    chosen = store.kept_siblings(conversation_id)
     kids: dict[str, list[str]] = {}
     for m in everything:
         if m.parent_id is not None:

@@ -50,9 +50,9 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from feedback.attributes import NAMES as ATTRIBUTE_NAMES
 from feedback.attributes import Attributes
 from feedback.labeller import BAD, GOOD, MIXED, HeuristicLabeller, Labeller, Reception
+from feedback.store.analytics import training_conversation_ids, training_rows
 from feedback.taxonomy import REPEAT_REPHRASE
 
 KINDS = ("sft", "kto", "dpo")
@@ -278,52 +278,16 @@ def _message(role: str, content: str, attributes: str | None = None) -> dict:
     return {"role": role, "content": content, "attributes": attributes}
 
 
-def _conversation_ids(store) -> tuple[list[str], int]:
-    rows = store.query(
-        "SELECT c.id, f.user_id IS NOT NULL FROM conversations c "
-        "LEFT JOIN forgotten_users f ON f.user_id = c.user_id ORDER BY c.created_at, c.id"
-    )
-    keep = [cid for cid, forgotten in rows if not forgotten]
-    return keep, len(rows) - len(keep)
-
-
 def _load_chunk(store, conv_ids: list[str]) -> Iterator[_Conversation]:
-    attr_cols = ", ".join(f"g.{n}" for n in ATTRIBUTE_NAMES)
-    msgs = store.query(
-        f"SELECT m.conversation_id, m.id, m.parent_id, m.role, m.content, m.status, m.seq, "
-        f"g.message_id IS NOT NULL, {attr_cols} FROM messages m "
-        "LEFT JOIN generations g ON g.message_id = m.id "
-        "WHERE m.conversation_id IN (SELECT unnest($ids)) ORDER BY m.seq",
-        {"ids": conv_ids},
-    )
-    ratings = store.query(
-        "SELECT r.message_id, arg_max(r.value, r.created_at) FROM ratings r "
-        "JOIN messages m ON m.id = r.message_id "
-        "WHERE m.conversation_id IN (SELECT unnest($ids)) "
-        "AND r.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY r.message_id",
-        {"ids": conv_ids},
-    )
-    choices = store.query(
-        "SELECT m.conversation_id, s.parent_id, arg_max(s.message_id, s.created_at) FROM sibling_choices s "
-        "JOIN messages m ON m.id = s.message_id WHERE m.conversation_id IN (SELECT unnest($ids)) "
-        "AND s.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY m.conversation_id, s.parent_id",
-        {"ids": conv_ids},
-    )
-    events = store.query(
-        "SELECT DISTINCT conversation_id, target_message_id, category, message_id FROM feedback_events "
-        "WHERE conversation_id IN (SELECT unnest($ids))",
-        {"ids": conv_ids},
-    )
+    rows = training_rows(store, conv_ids)
     convs = {cid: _Conversation(cid, {}, {}, {}, {}) for cid in conv_ids}
-    rating_of = {mid: int(v) for mid, v in ratings}
-    for cid, mid, parent, role, content, status, seq, has_gen, *attrs in msgs:
-        attributes = Attributes(**dict(zip(ATTRIBUTE_NAMES, map(int, attrs)))) if has_gen else None
+    for cid, mid, parent, role, content, status, seq, attributes in rows.messages:
         convs[cid].nodes[mid] = _Node(mid, parent, role, content, status, seq, attributes)
-        if mid in rating_of:
-            convs[cid].ratings[mid] = rating_of[mid]
-    for cid, parent, mid in choices:
+        if mid in rows.ratings:
+            convs[cid].ratings[mid] = rows.ratings[mid]
+    for cid, parent, mid in rows.kept:
         convs[cid].choices[parent] = mid
-    for cid, target, category, user_msg in events:
+    for cid, target, category, user_msg in rows.feedback:
         conv = convs[cid]
         conv.events.setdefault(target, set()).add(category)
         if category == REPEAT_REPHRASE and user_msg in conv.nodes:
@@ -545,7 +509,7 @@ def build_dataset(
     labeller = labeller or HeuristicLabeller()
     dropped: Counter = Counter()
 
-    conv_ids, n_forgotten = _conversation_ids(store)
+    conv_ids, n_forgotten = training_conversation_ids(store)
     if n_forgotten:
         dropped["forgotten_user_conversations"] = n_forgotten
     cands: list[_Candidate] = []

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 from service_helpers import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, start_service, tiny_settings
+from store_peek import peek
 
 from deploy.service.auth import COOKIE_NAME
 
@@ -225,7 +226,7 @@ def test_regenerate_keeps_both_and_records_the_kept_one(page, live, context, out
     page.click("#branch-next")
     page.wait_for_function("() => document.querySelector('#branch-label').innerText.includes('Answer 2 / 2')",
                            timeout=WAIT_MS)
-    kept = live.store.query(
+    kept = peek(live.store,
         "SELECT arg_max(message_id, created_at) FROM sibling_choices WHERE parent_id = ?", [second.parent_id])[0][0]
     assert kept == second.id
     assert live.store.thread(second.conversation_id)[-1].id == second.id
@@ -378,7 +379,7 @@ def test_delete_my_data_after_confirmation(page, live, context, output_dir):
     page.click("#delete-yes")
     wait_until(lambda: live.store.is_forgotten(uid), what="the deletion")
     assert not live.store.list_conversations(uid)
-    assert live.store.query("SELECT count(*) FROM messages WHERE id = ?", [answer.id])[0][0] == 0
+    assert peek(live.store, "SELECT count(*) FROM messages WHERE id = ?", [answer.id])[0][0] == 0
     # The page reloads into a fresh anonymous session with an empty sidebar.
     wait_until(lambda: user_id_or_none(live, context) not in (None, uid), what="a new session")
     page.wait_for_selector("#input textarea", timeout=WAIT_MS)

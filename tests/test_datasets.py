@@ -6,6 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from store_peek import poke
 
 from feedback.attributes import Attributes
 from feedback.datasets import (
@@ -147,14 +148,14 @@ def populated(store):
     store.rate(a.id, "bob", 1)
     store.forget_user("bob")
     # ... and a stray row of theirs that got back in (an import bypassing the store): still excluded.
-    with store.transaction() as cur:
+    with store.transaction():
         conv_id, q, ans = new_id(), new_id(), new_id()
-        cur.execute("INSERT INTO conversations (id, user_id) VALUES (?, 'bob')", [conv_id])
-        cur.execute("INSERT INTO messages (id, conversation_id, role, content) VALUES (?, ?, 'user', 'q')",
-                    [q, conv_id])
-        cur.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content) "
+        poke(store, "INSERT INTO conversations (id, user_id) VALUES (?, 'bob')", [conv_id])
+        poke(store, "INSERT INTO messages (id, conversation_id, role, content) VALUES (?, ?, 'user', 'q')",
+             [q, conv_id])
+        poke(store, "INSERT INTO messages (id, conversation_id, parent_id, role, content) "
                     "VALUES (?, ?, ?, 'assistant', 'Bob again')", [ans, conv_id, q])
-        cur.execute("INSERT INTO ratings (id, message_id, user_id, value) VALUES (?, ?, 'bob', 1)", [new_id(), ans])
+        poke(store, "INSERT INTO ratings (id, message_id, user_id, value) VALUES (?, ?, 'bob', 1)", [new_id(), ans])
     return ids
 
 

@@ -7,18 +7,18 @@ import json
 import threading
 
 import pytest
+from store_peek import peek
 
 from feedback.extract import (
     ExtractionRunner,
     FastConfig,
     FastExtractor,
     LLMExtractor,
-    feedback_prevalence,
-    recent_feedback,
     run_extraction,
 )
 from feedback.extract.types import BatchResult, ExtractorUnavailable
 from feedback.store import Store
+from feedback.store.reports import feedback_prevalence, recent_feedback
 
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
 
@@ -39,7 +39,7 @@ def add_conversation(store: Store, turns: list[str], user: str = "u1") -> list:
 
 
 def events(store: Store) -> list[tuple]:
-    return store.query(
+    return peek(store,
         "SELECT message_id, category, span, span_start, span_end, extractor FROM feedback_events ORDER BY span_start")
 
 
@@ -93,7 +93,7 @@ def test_branches_give_each_message_its_own_context(store):
     a3 = store.add_message(q.conversation_id, "assistant", "Error: model down", parent_id=q.id, status="error")
     store.add_message(q.conversation_id, "user", "That's wrong.", parent_id=a3.id)
     result = run_extraction(store, fast(), lock=threading.Lock())
-    rows = store.query("SELECT message_id, target_message_id, category FROM feedback_events ORDER BY category")
+    rows = peek(store, "SELECT message_id, target_message_id, category FROM feedback_events ORDER BY category")
     assert sorted(rows) == sorted([(u.id, a.id, "positive"), (u2.id, a2.id, "aware_without_correction")])
     assert result.windows == 2 and result.messages == 4
 
@@ -284,7 +284,7 @@ def test_both_extractors_record_who_found_each_event(store):
     both = make_extractor("both", complete=lambda batch: [reply] * len(batch), fast_config=FastConfig.tuned())
     result = run_extraction(store, both, lock=threading.Lock())
     assert result.per_extractor == {"fast": 1, "llm": 1} and result.per_category["positive"] == 2
-    rows = store.query("SELECT extractor, extractor_version, span FROM feedback_events ORDER BY extractor")
+    rows = peek(store, "SELECT extractor, extractor_version, span FROM feedback_events ORDER BY extractor")
     assert [(r[0], r[1]) for r in rows] == [("fast", "fast-1"), ("llm", "llm-1")]
     assert rows[0][2] == rows[1][2] == "Thanks, that's really helpful!"
     assert store.get_watermark("extract:fast+llm") > 0 and store.get_watermark("extract:fast") == 0

@@ -22,6 +22,7 @@ import time
 
 import pytest
 from service_helpers import sse_events, start_service, tiny_settings
+from store_peek import peek
 from vllm_fixtures import make_random_lora
 
 from deploy.release.registry import register_candidate
@@ -120,7 +121,7 @@ def test_promote_and_rollback_while_eight_users_chat(svc, tiny_model_dir, tmp_pa
     failures = [f for u in users for f in u.failures]
     assert not failures, failures[:5]
     records = [r for u in users for r in u.records]
-    stored = {row[0]: row[1:] for row in svc.store.query(
+    stored = {row[0]: row[1:] for row in peek(svc.store,
         "SELECT g.message_id, g.release_id, g.adapter, m.status FROM generations g JOIN messages m ON m.id = g.message_id")}
     assert all(r["answer"] in stored for r in records)
     assert {status for _, _, status in stored.values()} == {"complete"}

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from store_peek import peek
 
 from chat.backends.base import SamplingParams
 from chat.inflight import ChatHooks, InFlight
@@ -86,7 +87,7 @@ def test_rating_or_choosing_another_users_answer_is_refused(ui):
     forged["focus"] = turn.answer.id
     out = ui.handlers["on_next"](forged, _as("bob"))
     assert "not available" in _notice(out)
-    assert ui.store.query("SELECT count(*) FROM sibling_choices")[0][0] == 0
+    assert peek(ui.store, "SELECT count(*) FROM sibling_choices")[0][0] == 0
 
 
 def test_sending_into_another_users_conversation_is_refused(ui):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from service_helpers import ADMIN_TOKEN, down_settings, live, start_service  # noqa: F401  (fixture)
+from store_peek import peek
 from typer.testing import CliRunner
 
 from deploy.cli.simulate import parse_rates
@@ -74,7 +75,7 @@ def test_preferences_judge_and_rank():
 
 
 def test_simulated_users_drive_the_service_and_extraction_finds_their_feedback(live):  # noqa: F811
-    users_before = {r[0] for r in live.store.query("SELECT DISTINCT user_id FROM conversations")}
+    users_before = {r[0] for r in peek(live.store, "SELECT DISTINCT user_id FROM conversations")}
     # The tiny random model writes up to 12 tokens of gibberish: a 6-word threshold splits them.
     config = SimulationConfig(url=live.url, users=3, turns=5, preference=Preference("short", length_words=6),
                               seed=1, admin_token=ADMIN_TOKEN, extract=True)
@@ -84,12 +85,12 @@ def test_simulated_users_drive_the_service_and_extraction_finds_their_feedback(l
     assert summary.judged > 0 and sum(summary.reactions.values()) >= summary.judged
     assert summary.extraction is not None and summary.extraction["status"] == "succeeded"
 
-    users = {r[0] for r in live.store.query("SELECT DISTINCT user_id FROM conversations")} - users_before
+    users = {r[0] for r in peek(live.store, "SELECT DISTINCT user_id FROM conversations")} - users_before
     assert len(users) == 3  # one anonymous user (cookie jar) per simulated user
-    n_ratings = live.store.query("SELECT count(*) FROM ratings WHERE user_id IN (SELECT unnest($u))",
+    n_ratings = peek(live.store, "SELECT count(*) FROM ratings WHERE user_id IN (SELECT unnest($u))",
                                  {"u": list(users)})[0][0]
     assert n_ratings == summary.reactions["like"] + summary.reactions["dislike"]
-    categories = {r[0] for r in live.store.query(
+    categories = {r[0] for r in peek(live.store,
         "SELECT DISTINCT f.category FROM feedback_events f JOIN conversations c ON c.id = f.conversation_id "
         "WHERE c.user_id IN (SELECT unnest($u))", {"u": list(users)})}
     if summary.reactions["thanks"]:
@@ -103,11 +104,11 @@ def test_regenerating_users_keep_the_sibling_their_preference_ranks_first(live):
     pref = Preference("long", length_words=1000)  # nothing fits: every answer is regenerated once
     summary = simulate(SimulationConfig(url=live.url, users=1, turns=4, preference=pref, rates=rates, seed=2))
     assert summary.reactions["regenerate"] == summary.reactions["choose"] >= 1
-    rows = live.store.query(
+    rows = peek(live.store,
         "SELECT s.parent_id, s.message_id FROM sibling_choices s ORDER BY s.created_at DESC LIMIT $n",
         {"n": summary.reactions["choose"]})
     for parent_id, chosen in rows:
-        siblings = live.store.query("SELECT id, content FROM messages WHERE parent_id = $p AND role = 'assistant'",
+        siblings = peek(live.store, "SELECT id, content FROM messages WHERE parent_id = $p AND role = 'assistant'",
                                     {"p": parent_id})
         assert len(siblings) == 2
         best = max(siblings, key=lambda s: pref.score(s[1]))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from store_peek import peek, poke
 
 from feedback.attributes import Attributes
-from feedback.migrations import LATEST_VERSION
 from feedback.store import (
     FeedbackEvent,
     GenerationMeta,
@@ -14,6 +14,7 @@ from feedback.store import (
     Store,
     clean_text,
 )
+from feedback.store.migrations import LATEST_VERSION
 
 
 def _answer(store: Store, conv_id: str, parent_id: str, text: str, verbosity: int = 2):
@@ -36,7 +37,7 @@ def test_schema_created_and_recorded(tmp_path):
         assert s.schema_version() == LATEST_VERSION
     with Store(path) as s:  # reopening applies nothing twice
         assert s.schema_version() == LATEST_VERSION
-        assert s.query("SELECT count(*) FROM schema_version")[0][0] == LATEST_VERSION
+        assert peek(s, "SELECT count(*) FROM schema_version")[0][0] == LATEST_VERSION
 
 
 def test_generation_metadata_round_trip(store):
@@ -50,10 +51,10 @@ def test_generation_metadata_round_trip(store):
 def test_generation_metadata_reads_typed_through_the_view(store):
     """Since migration 2 the metadata is JSON on the answer's row; `generations` gives it typed."""
     conv, q, a = _turn(store, "alice", "Q", "A")
-    row = store.query("SELECT message_id, conversation_id, verbosity, temperature, completion_tokens, "
+    row = peek(store, "SELECT message_id, conversation_id, verbosity, temperature, completion_tokens, "
                       "finish_reason, typeof(verbosity) FROM generations")
     assert row == [(a.id, conv.id, 2, 0.7, 5, "stop", "TINYINT")]
-    assert store.query("SELECT count(*) FROM messages WHERE generation IS NOT NULL") == [(1,)]
+    assert peek(store, "SELECT count(*) FROM messages WHERE generation IS NOT NULL") == [(1,)]
 
 
 def test_hostile_error_text_and_a_broken_timer_are_stored(store):
@@ -69,14 +70,14 @@ def test_hostile_error_text_and_a_broken_timer_are_stored(store):
 def test_answer_to_a_missing_parent_or_conversation_writes_nothing(store):
     conv, q, a = _turn(store, "alice", "Q", "A")
     other, oq, _ = _turn(store, "bob", "Q2", "A2")
-    before = store.query("SELECT count(*) FROM messages")
+    before = peek(store, "SELECT count(*) FROM messages")
     with pytest.raises(NotFound, match="No message"):
         _answer(store, conv.id, oq.id, "crossed")  # a parent from another conversation
     with pytest.raises(NotFound, match="No conversation"):
         _answer(store, "nope", q.id, "orphan")
     with pytest.raises(NotFound, match="No conversation"):
         store.add_message("nope", "user", "orphan")
-    assert store.query("SELECT count(*) FROM messages") == before
+    assert peek(store, "SELECT count(*) FROM messages") == before
 
 
 def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
@@ -84,7 +85,7 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
     version with every answer's metadata on its row, readable as before."""
     import duckdb
 
-    from feedback.migrations import MIGRATIONS
+    from feedback.store.migrations import MIGRATIONS
 
     path = tmp_path / "v1.duckdb"
     con = duckdb.connect(str(path))
@@ -112,9 +113,9 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
                                    first_token_ms=10.25, prompt_tokens=30, completion_tokens=47,
                                    finish_reason="length", error=None)
         assert s.get_message("q1").generation is None
-        assert s.query("SELECT release_id, verbosity FROM generations") == [("r1", 0)]
+        assert peek(s, "SELECT release_id, verbosity FROM generations") == [("r1", 0)]
         assert s.forget_user("alice")["generations"] == 1
-        assert s.query("SELECT count(*) FROM generations") == [(0,)]
+        assert peek(s, "SELECT count(*) FROM generations") == [(0,)]
 
 
 def test_regenerate_makes_siblings_and_choice_picks_branch(store):
@@ -148,11 +149,11 @@ def test_forget_removes_only_that_user(store):
     assert counts["messages"] == 2 and counts["ratings"] == 1 and counts["feedback_events"] == 1
     rows = store.stats()["rows"]
     assert rows["messages"] == before["messages"] - 2
-    leftover = store.query(
+    leftover = peek(store,
         "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.user_id = 'alice'"
     )[0][0]
     assert leftover == 0
-    assert store.query("SELECT count(*) FROM ratings WHERE user_id = 'alice'")[0][0] == 0
+    assert peek(store, "SELECT count(*) FROM ratings WHERE user_id = 'alice'")[0][0] == 0
     assert [m.content for m in store.thread(other.id)] == ["Q2", "A2"]
     assert len(store.ratings(oa.id)) == 1
     with pytest.raises(InvalidInput):
@@ -179,10 +180,9 @@ def test_failed_transaction_writes_nothing(store):
     conv = store.create_conversation("alice")
     before = store.stats()["rows"]["messages"]
     with pytest.raises(RuntimeError):
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO messages (id, conversation_id, role, content) VALUES ('x', ?, 'user', 'hi')", [conv.id]
-            )
+        with store.transaction():
+            poke(store, "INSERT INTO messages (id, conversation_id, role, content) VALUES ('x', ?, 'user', 'hi')",
+                 [conv.id])
             raise RuntimeError("boom")
     assert store.stats()["rows"]["messages"] == before
 

@@ -15,9 +15,11 @@ import textwrap
 import threading
 from pathlib import Path
 
+from store_peek import peek
+
 from feedback.attributes import Attributes
-from feedback.migrations import LATEST_VERSION
 from feedback.store import GenerationMeta, Store
+from feedback.store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +84,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_turn(tmp_path):
         acked += kill_writer_mid_stream(db, after=25)
         with Store(db) as store:
             assert store.schema_version() == LATEST_VERSION
-            versions = [v for (v,) in store.query("SELECT version FROM schema_version ORDER BY version")]
+            versions = [v for (v,) in peek(store, "SELECT version FROM schema_version ORDER BY version")]
             assert versions == list(range(1, LATEST_VERSION + 1))
             for conv_id, question_id, answer_id in acked:
                 question = store.get_message(question_id, user_id="writer")
@@ -91,10 +93,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_turn(tmp_path):
                 assert answer.parent_id == question_id and answer.generation == META
             # Each transaction is all or nothing: no answer without its metadata, no conversation
             # without its question.
-            assert store.query(
+            assert peek(store,
                 "SELECT count(*) FROM messages m LEFT JOIN generations g ON g.message_id = m.id "
                 "WHERE m.role = 'assistant' AND g.message_id IS NULL")[0][0] == 0
-            assert store.query(
+            assert peek(store,
                 "SELECT count(*) FROM conversations c WHERE NOT EXISTS "
                 "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user')")[0][0] == 0
             log_turn(store, "after-crash", cycle)  # and the file still takes writes
@@ -147,9 +149,9 @@ def test_eight_threads_times_200_turns_none_lost(tmp_path):
         assert rows["messages"] == 2 * threads * per_thread
         assert rows["generations"] == threads * per_thread
         for t, turns in written.items():
-            answers = {a for (a,) in store.query(
+            answers = {a for (a,) in peek(store,
                 "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
                 "WHERE c.user_id = ? AND m.role = 'assistant'", [f"user{t}"])}
             assert answers == {a for _, _, a in turns}
             assert len(store.thread(turns[0][0])) == 2 * per_thread  # one unbroken chain
-        assert store.query("SELECT count(DISTINCT seq) FROM messages")[0][0] == 2 * threads * per_thread
+        assert peek(store, "SELECT count(DISTINCT seq) FROM messages")[0][0] == 2 * threads * per_thread

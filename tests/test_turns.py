@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from store_peek import peek
 
 from chat.backends import BackendUnavailable, OpenAICompatibleBackend, SamplingParams
 from chat.backends.transformers_backend import TransformersBackend
@@ -29,7 +30,7 @@ def ctx(store, backend) -> TurnContext:
 
 
 def row_counts(store) -> dict[str, int]:
-    return {t: store.query(f"SELECT count(*) FROM {t}")[0][0] for t in ("users", "conversations", "messages", "generations")}
+    return {t: peek(store, f"SELECT count(*) FROM {t}")[0][0] for t in ("users", "conversations", "messages", "generations")}
 
 
 def test_a_turn_logs_the_question_at_submit_and_the_answer_with_its_metadata(ctx, store):

@@ -29,6 +29,7 @@ from typing import Any
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
 from feedback.labeller import Labeller
 from feedback.store import Store, TrainingRun
+from feedback.store.analytics import feedback_count_since
 from trainer.config import config_for
 from trainer.process import RunError, cancel_run, start_run
 from trainer.rundir import RunState, pid_alive, run_state
@@ -106,9 +107,8 @@ def _release_lock(runs_dir: Path, run_id: str) -> None:
 
 def active_run(store: Store) -> TrainingRun | None:
     """The queued/running run whose process is still alive (reconciling dead ones on the way)."""
-    rows = store.query("SELECT id FROM training_runs WHERE status IN ('queued', 'running') ORDER BY created_at")
-    for (run_id,) in rows:
-        status = poll_training(store, run_id)
+    for queued in store.unfinished_training_runs():
+        status = poll_training(store, queued.id)
         if status.run.status in ACTIVE:
             return status.run
     return None
@@ -137,13 +137,8 @@ def should_train(store: Store, min_new_feedback: int) -> tuple[bool, str]:
     run = active_run(store)
     if run is not None:
         return False, f"training run {run.id} ({run.method}) is still in progress"
-    last = store.query("SELECT max(created_at) FROM training_runs")[0][0]
-    since_sql = "" if last is None else " WHERE created_at > $since"
-    params = {} if last is None else {"since": last}
-    count = sum(
-        int(store.query(f"SELECT count(*) FROM {table}{since_sql}", params)[0][0])
-        for table in ("ratings", "feedback_events", "sibling_choices")
-    )
+    last = store.last_training_run_at()
+    count = feedback_count_since(store, last)
     since = "ever" if last is None else f"since the last training run ({last:%Y-%m-%d %H:%M})"
     if count < min_new_feedback:
         return False, f"{count} new feedback item(s) {since}; waiting for {min_new_feedback}"

@@ -258,8 +258,7 @@ def last_cycle(store: Store) -> tuple[Any, list[Any]]:
     cycles = store.list_jobs(kind="cycle", limit=1)
     if not cycles:
         return None, []
-    rows = store.query("SELECT id FROM jobs WHERE parent_id = ? ORDER BY created_at", [cycles[0].id])
-    return cycles[0], [store.get_job(job_id) for (job_id,) in rows]
+    return cycles[0], store.child_jobs(cycles[0].id)
 
 
 def report_path(result: CycleResult) -> Path | None:

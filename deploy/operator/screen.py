@@ -6,7 +6,7 @@ latest turns with their ratings, the jobs table and the releases table.
 Design choices:
 - Admin is checked on the server at every call (`identify(request).is_admin`), not only by
   hiding the tab: a hidden tab is a convenience, not a permission.
-- The numbers come from `deploy.operator.reports`, the same functions behind `/api/admin/*`.
+- The numbers come from `feedback.store.reports`, the same functions behind `/api/admin/*`.
 - Extension points: action buttons come from `OperatorDeps.buttons()` — (job kind, label)
   pairs that the service's job registry collects from jobs registered with a `button=` label
   ("Run extraction now", "Start cycle"); a click calls `run_job(kind)`. Panels (feedback
@@ -26,7 +26,8 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from deploy.operator.reports import (
+from feedback.store import Store
+from feedback.store.reports import (
     counts_over_time,
     jobs_table,
     latest_turns,
@@ -34,7 +35,6 @@ from deploy.operator.reports import (
     ratings_by_reason,
     releases_table,
 )
-from feedback.store import Store
 
 MAX_BUTTONS = 6  # button slots made up front; Gradio cannot add components after build
 

@@ -77,10 +77,8 @@ def ensure_base_release(store: Store, base_model: str) -> Release:
 def no_adapter_release(store: Store, base_model: str) -> str | None:
     """The release that serves `base_model` without an adapter (the live one if it is live, else
     the one promoted last), or None when there is none."""
-    rows = store.query(
-        "SELECT id FROM releases WHERE adapter_path IS NULL AND base_model = ? "
-        "ORDER BY status = 'live' DESC, promoted_at DESC NULLS LAST LIMIT 1", [base_model])
-    return rows[0][0] if rows else None
+    release = store.base_release(base_model)
+    return release.id if release else None
 
 
 def activate(backend, release: Release) -> None:

@@ -14,7 +14,10 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
-from deploy.operator.reports import (
+from deploy.service.deps import admin, services_of
+from deploy.service.errors import ApiError
+from deploy.service.state import Services
+from feedback.store.reports import (
     counts_over_time,
     jobs_table,
     latest_turns,
@@ -22,9 +25,6 @@ from deploy.operator.reports import (
     ratings_by_reason,
     releases_table,
 )
-from deploy.service.deps import admin, services_of
-from deploy.service.errors import ApiError
-from deploy.service.state import Services
 
 router = APIRouter(prefix="/api/admin", dependencies=[Depends(admin)])
 

@@ -141,13 +141,9 @@ def _tree(store: Store, conversation_ids: list[str]) -> dict[str, dict[str | Non
     out: dict[str, dict[str | None, list]] = {c: {} for c in conversation_ids}
     if not conversation_ids:
         return out
-    rows = store.query(
-        "SELECT conversation_id, id, parent_id, role, content FROM messages "
-        "WHERE list_contains(?, conversation_id) AND status <> 'error' ORDER BY seq",
-        [conversation_ids],
-    )
-    for conv, mid, parent, role, content in rows:
-        out[conv].setdefault(parent, []).append((mid, role, _norm(content)))
+    for m in store.message_nodes(conversation_ids):
+        if m.status != "error":
+            out[m.conversation_id].setdefault(m.parent_id, []).append((m.id, m.role, _norm(m.content)))
     return out
 
 

@@ -3,7 +3,7 @@
 - `FastExtractor` (cues + MiniLM for doubtful rephrases; no LLM), `LLMExtractor` (any completion
   function), `CombinedExtractor` (both, each span labelled with its finder); `make_extractor`.
 - `run_extraction` / `ExtractionRunner`: incremental, chunked, watermarked runs over the store,
-  each a `jobs` row; `feedback_prevalence` and `recent_feedback` for the operator tab.
+  each a `jobs` row. (What the operator tab reads of their output: `feedback.store.reports`.)
 - `load_gold`, `predict`, `evaluate`: the paper's span and category precision/recall with
   bootstrap intervals, on gold files such as the shipped `feedback/data/dev_gold.jsonl`.
 - `tune`: the fast extractor's thresholds, fitted on the dev split.
@@ -18,7 +18,7 @@ from feedback.extract.fast import FastConfig, FastExtractor
 from feedback.extract.gold import SHIPPED_GOLD, GoldConversation, load_gold, predict, windows_of
 from feedback.extract.llm import CompleteFn, LLMExtractor
 from feedback.extract.metrics import Prediction, evaluate, span_matches
-from feedback.extract.runner import ExtractionRunner, JobResult, feedback_prevalence, recent_feedback, run_extraction
+from feedback.extract.runner import ExtractionRunner, JobResult, run_extraction
 from feedback.extract.types import BatchResult, Extractor, ExtractorUnavailable, Span, Window, locate_span
 
 EXTRACTOR_KINDS = ("fast", "llm", "both")
@@ -47,6 +47,6 @@ def make_extractor(
 __all__ = [
     "EXTRACTOR_KINDS", "SHIPPED_GOLD", "BatchResult", "CombinedExtractor", "CompleteFn", "ExtractionRunner",
     "Extractor", "ExtractorUnavailable", "FastConfig", "FastExtractor", "GoldConversation", "JobResult",
-    "LLMExtractor", "Prediction", "Span", "Window", "evaluate", "feedback_prevalence", "load_gold",
-    "locate_span", "make_extractor", "predict", "recent_feedback", "run_extraction", "span_matches", "windows_of",
+    "LLMExtractor", "Prediction", "Span", "Window", "evaluate", "load_gold", "locate_span", "make_extractor",
+    "predict", "run_extraction", "span_matches", "windows_of",
 ]

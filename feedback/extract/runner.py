@@ -1,4 +1,5 @@
-"""Incremental extraction runs over the store, and the queries the operator tab plots.
+"""Incremental extraction runs over the store (the operator tab's reads of their output are in
+`feedback.store.reports`).
 
 Design choices:
 - A run processes only user messages with `seq` above the extractor's watermark
@@ -11,8 +12,10 @@ Design choices:
   failed answer: never feedback, but the watermark still moves past it.
 - Streaming in chunks (keyset pagination on `seq`), one transaction per chunk for the events and
   the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
-  chunk is never half-applied. Events are INSERT OR IGNORE on (message, category, offsets,
-  extractor), so a rerun adds no duplicates; a chunk's events go in as one Arrow table.
+  chunk is never half-applied. Events skip duplicates on (message, category, offsets,
+  extractor), so a rerun adds none; a chunk's events go in as one statement
+  (`Store.add_feedback_events`). The store's typed reads supply the chunks
+  (`feedback.store.analytics.user_turns_after`); this module holds no SQL.
 - Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
   items by reason, errors and duration; a running job's row is updated after every chunk.
 - Concurrency: a scheduled and a manual run must not process the same messages twice. The caller
@@ -31,55 +34,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
 
 from feedback.extract.types import Extractor, ExtractorUnavailable, Window
 from feedback.store import FeedbackEvent, Store
+from feedback.store.analytics import user_turns_after
 from feedback.taxonomy import CATEGORY_IDS
 
 JOB_KIND = "extract"
 MAX_ERRORS_KEPT = 20
-
-_CHUNK_SQL = """
-WITH u AS (
-    SELECT id, conversation_id, parent_id, content, seq FROM messages
-    WHERE role = 'user' AND seq > ? AND seq <= ?
-    ORDER BY seq LIMIT ?
-)
-SELECT u.id, u.conversation_id, u.seq, u.content, a.id, a.content, p.content
-FROM u
-LEFT JOIN messages a ON a.id = u.parent_id AND a.role = 'assistant' AND a.status <> 'error'
-LEFT JOIN messages p ON p.id = a.parent_id AND p.role = 'user'
-ORDER BY u.seq
-"""
-
-
-_EVENT_COLUMNS = ("id", "conversation_id", "message_id", "target_message_id", "category", "span", "span_start",
-                  "span_end", "extractor", "extractor_version", "job_id")
-
-
-def _insert_events(cur, events: list[FeedbackEvent]) -> int:
-    """INSERT OR IGNORE a chunk's events as one Arrow table, inside the caller's transaction.
-
-    Same semantics as `Store.add_feedback_events`, but one statement per chunk: row-by-row
-    `executemany` costs milliseconds a row in DuckDB, which dominated a run's time."""
-    unique: dict[tuple, FeedbackEvent] = {}
-    for e in events:  # the same span twice in one statement would violate the unique key
-        unique.setdefault((e.message_id, e.category, e.span_start, e.span_end, e.extractor), e)
-    if not unique:
-        return 0
-    import pyarrow as pa
-
-    table = pa.table({c: [getattr(e, c) for e in unique.values()] for c in _EVENT_COLUMNS})
-    columns = ", ".join(_EVENT_COLUMNS)
-    before = cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0]
-    cur.register("_new_feedback_events", table)
-    try:
-        cur.execute(f"INSERT OR IGNORE INTO feedback_events ({columns}) SELECT {columns} FROM _new_feedback_events")
-    finally:
-        cur.unregister("_new_feedback_events")
-    return int(cur.execute("SELECT count(*) FROM feedback_events").fetchall()[0][0] - before)
-
 
 class WatermarkMoved(RuntimeError):
     """Another run advanced the watermark under this one; this run stops without writing."""
@@ -114,10 +76,8 @@ def watermark_name(extractor: Extractor) -> str:
 
 
 def _running_job(store: Store, exclude: str | None = None) -> str | None:
-    rows = store.query(
-        "SELECT id FROM jobs WHERE kind = ? AND status = 'running' AND id <> ? ORDER BY created_at DESC LIMIT 1",
-        [JOB_KIND, exclude or ""])
-    return rows[0][0] if rows else None
+    job = store.running_job(JOB_KIND, exclude=exclude)
+    return job.id if job else None
 
 
 def _skip(store: Store, extractor: Extractor, trigger: str, params: dict, job_id: str | None) -> JobResult:
@@ -173,13 +133,13 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
     name = watermark_name(extractor)
     versions = getattr(extractor, "versions", {extractor.name: extractor.version})
     cursor = store.get_watermark(name)
-    high = int(store.query("SELECT coalesce(max(seq), 0) FROM messages")[0][0])
+    high = store.last_message_seq()
     out = JobResult(job.id, "running", trigger, extractor.name, watermark_from=cursor, watermark_to=cursor)
     stats: Counter = Counter()
     error: str | None = None
     try:
         while cursor < high:
-            rows = store.query(_CHUNK_SQL, [cursor, high, chunk_size])
+            rows = user_turns_after(store, cursor, high, chunk_size)
             if not rows:
                 break
             windows, meta = [], []
@@ -199,12 +159,12 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
                         extractor=s.extractor, extractor_version=versions.get(s.extractor, extractor.version),
                         job_id=job.id,
                     ) for s in spans]
-            new_cursor = int(rows[-1][2])
-            with store.transaction() as cur:
+            new_cursor = int(rows[-1].seq)
+            with store.transaction():
                 if store.get_watermark(name) != cursor:
                     raise WatermarkMoved(
                         f"the watermark {name} moved under this run (another run wrote it); stopped without writing")
-                out.new_events += _insert_events(cur, events)
+                out.new_events += store.add_feedback_events(events)
                 store.set_watermark(name, new_cursor)
             cursor = new_cursor
             out.messages += len(rows)
@@ -234,9 +194,7 @@ def _fill(store: Store, out: JobResult, stats: Counter, started: float) -> None:
     """Counts of the events this job inserted (not those ignored as duplicates), and the rest."""
     per_category = {c: 0 for c in CATEGORY_IDS}
     per_extractor: dict[str, int] = {}
-    for category, extractor, n in store.query(
-        "SELECT category, extractor, count(*) FROM feedback_events WHERE job_id = ? GROUP BY ALL", [out.job_id]
-    ):
+    for category, extractor, n in store.feedback_event_counts(out.job_id):
         per_category[category] = per_category.get(category, 0) + int(n)
         per_extractor[extractor] = per_extractor.get(extractor, 0) + int(n)
     out.per_category, out.per_extractor = per_category, per_extractor
@@ -266,50 +224,3 @@ class ExtractionRunner:
     @property
     def busy(self) -> bool:
         return self.lock.locked()
-
-
-# ---------------------------------------------------------------------------- operator queries
-
-
-def feedback_prevalence(store: Store, days: int = 30, *, extractor: str | None = None,
-                        now: datetime | None = None) -> list[dict]:
-    """Share of conversations with feedback, per category and day, over the last `days` days.
-
-    One row per (day, category) for every day with user activity, categories in taxonomy order
-    plus "any": {"day", "category", "conversations", "with_feedback", "share"}. A conversation
-    counts on a day when a user wrote in it that day; it has feedback of a category on that day
-    when an event of that category sits in one of that day's messages."""
-    since = (now or datetime.now(timezone.utc)) - timedelta(days=days)
-    active = dict(store.query(
-        "SELECT CAST(created_at AS DATE) AS day, count(DISTINCT conversation_id) FROM messages "
-        "WHERE role = 'user' AND created_at >= ? GROUP BY day", [since]))
-    filter_sql, params = ("AND e.extractor = ?", [since, extractor]) if extractor else ("", [since])
-    found: dict = {}
-    for day, category, n in store.query(
-        "SELECT CAST(m.created_at AS DATE) AS day, coalesce(e.category, 'any'), count(DISTINCT e.conversation_id) "
-        "FROM feedback_events e JOIN messages m ON m.id = e.message_id "
-        f"WHERE m.created_at >= ? {filter_sql} GROUP BY GROUPING SETS ((day, e.category), (day))", params
-    ):
-        found[(day, category)] = int(n)
-    rows = []
-    for day in sorted(active):
-        total = int(active[day])
-        for category in (*CATEGORY_IDS, "any"):
-            k = found.get((day, category), 0)
-            rows.append({"day": day, "category": category, "conversations": total, "with_feedback": k,
-                         "share": round(k / total, 4) if total else 0.0})
-    return rows
-
-
-def recent_feedback(store: Store, limit: int = 50, *, category: str | None = None) -> list[dict]:
-    """The newest mined events with the whole user message, for a person to check the spans
-    (`message[span_start:span_end]` is the span)."""
-    where, params = ("WHERE e.category = ?", [category, limit]) if category else ("", [limit])
-    rows = store.query(
-        "SELECT e.id, e.conversation_id, e.message_id, e.category, e.span, e.span_start, e.span_end, "
-        "e.extractor, e.extractor_version, e.job_id, e.created_at, m.content "
-        f"FROM feedback_events e JOIN messages m ON m.id = e.message_id {where} "
-        "ORDER BY e.created_at DESC LIMIT ?", params)
-    keys = ("id", "conversation_id", "message_id", "category", "span", "span_start", "span_end", "extractor",
-            "extractor_version", "job_id", "created_at", "message")
-    return [dict(zip(keys, r)) for r in rows]

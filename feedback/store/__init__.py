@@ -1,0 +1,72 @@
+"""The conversation store: every turn, rating, mined feedback event, job, training run, evaluation
+and release, behind one typed API.
+
+    from feedback.store import Store, NotFound, Message
+    with Store(path) as store:
+        conv, question = store.start_conversation(user_id, "How do I ...?")
+
+Layout:
+- `db`: the only module that touches DuckDB — opening the file (a held lock becomes
+  `StoreLocked` naming the holder), a cursor per thread, `transaction()`, the write lock,
+  migrations (`migrations`), and the private SQL helpers the rest of the package goes through.
+- `records`: the frozen records, the errors, `clean_text` and `new_id`.
+- One module per aggregate, each a mixin of `Store`: `users`, `conversations` (and messages),
+  `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
+  `evaluations`, `releases`, `privacy` (forgetting a user).
+- Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
+  (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
+  DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL (issue 17).
+
+Design choices:
+- No public raw-SQL entry point: callers outside this package get typed functions and records,
+  so the backend can change under them. `transaction()` groups typed calls; it hands out nothing.
+- Mixins rather than one class per table behind a facade: callers keep one `Store` to pass
+  around, and each aggregate's SQL still lives in one module of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from feedback.store import reports
+from feedback.store.evaluations import Evaluations
+from feedback.store.events import Events
+from feedback.store.jobs import Jobs
+from feedback.store.privacy import Privacy
+from feedback.store.ratings import Ratings
+from feedback.store.records import (
+    MAX_MESSAGE_CHARS,
+    Conversation,
+    FeedbackEvent,
+    GenerationMeta,
+    InvalidInput,
+    Job,
+    Message,
+    MessageNode,
+    NotFound,
+    Rating,
+    Release,
+    StoreError,
+    StoreLocked,
+    TrainingRun,
+    User,
+    clean_text,
+    new_id,
+)
+from feedback.store.releases import Releases
+from feedback.store.runs import Runs
+
+
+class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases):
+    """Typed read/write API over one DuckDB file. Safe for many threads of one process."""
+
+    def stats(self) -> dict[str, Any]:
+        """Rows per table, likes/dislikes, schema version, live release (`reports.stats`)."""
+        return reports.stats(self)
+
+
+__all__ = [
+    "MAX_MESSAGE_CHARS", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
+    "MessageNode", "NotFound", "Rating", "Release", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
+    "clean_text", "new_id",
+]

@@ -1,0 +1,172 @@
+"""The pipelines' reads: extraction windows, training-set material, exports, the trainer's trigger.
+
+Named, typed functions over a `Store` for the jobs that scan the log in bulk, as opposed to the
+aggregates' point reads and writes on the turn path.
+
+Design choices:
+- Analytics SQL, through `_analytics`: these reads will run on DuckDB over data exported from
+  PostgreSQL (issue 17), so they may use DuckDB's dialect (`$name` parameters, `unnest`,
+  `arg_max`, struct and list literals). `arg_max(x, created_at)` is DuckDB's "latest per key".
+- Rows come back as named tuples: a caller unpacks them as before, or reads them by name.
+- Training-set reads leave out every row of a user who asked to be forgotten, even one that got
+  back in around the store's API (an import): the builders must never see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from feedback.attributes import NAMES as ATTRIBUTE_NAMES
+from feedback.attributes import Attributes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from feedback.store import Store
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+class UserTurn(NamedTuple):
+    """A user message past a watermark, with what it may be feedback on: the answer it replied to
+    and the question that answer replied to (None when the message follows no answer)."""
+
+    id: str
+    conversation_id: str
+    seq: int
+    content: str
+    answer_id: str | None
+    answer: str | None
+    previous: str | None
+
+
+_USER_TURNS_SQL = """
+WITH u AS (
+    SELECT id, conversation_id, parent_id, content, seq FROM messages
+    WHERE role = 'user' AND seq > ? AND seq <= ?
+    ORDER BY seq LIMIT ?
+)
+SELECT u.id, u.conversation_id, u.seq, u.content, a.id, a.content, p.content
+FROM u
+LEFT JOIN messages a ON a.id = u.parent_id AND a.role = 'assistant' AND a.status <> 'error'
+LEFT JOIN messages p ON p.id = a.parent_id AND p.role = 'user'
+ORDER BY u.seq
+"""
+
+
+def user_turns_after(store: Store, after: int, upto: int, limit: int) -> list[UserTurn]:
+    """Up to `limit` user messages with `after < seq <= upto`, in seq order (keyset pagination),
+    each on its own branch of the tree: an errored answer is no answer."""
+    return [UserTurn(*r) for r in store._analytics(_USER_TURNS_SQL, [after, upto, limit])]
+
+
+# --------------------------------------------------------------------------- training sets
+
+
+class TrainingMessage(NamedTuple):
+    conversation_id: str
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    status: str
+    seq: int
+    attributes: Attributes | None  # the steering an answer was generated with; None for questions
+
+
+class KeptSibling(NamedTuple):
+    conversation_id: str
+    parent_id: str | None
+    message_id: str
+
+
+class MinedFeedback(NamedTuple):
+    conversation_id: str
+    target_message_id: str
+    category: str
+    message_id: str  # the user message holding the span
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """Everything a training-set build reads about a chunk of conversations."""
+
+    messages: list[TrainingMessage]  # in seq order
+    ratings: dict[str, int]  # message id → the latest rating (any user's latest row)
+    kept: list[KeptSibling]  # per fork, the latest choice
+    feedback: list[MinedFeedback]  # distinct
+
+
+def training_conversation_ids(store: Store) -> tuple[list[str], int]:
+    """Every conversation of users not forgotten, in creation order, and how many were skipped."""
+    rows = store._analytics(
+        "SELECT c.id, f.user_id IS NOT NULL FROM conversations c "
+        "LEFT JOIN forgotten_users f ON f.user_id = c.user_id ORDER BY c.created_at, c.id"
+    )
+    keep = [cid for cid, forgotten in rows if not forgotten]
+    return keep, len(rows) - len(keep)
+
+
+def training_rows(store: Store, conversation_ids: Sequence[str]) -> TrainingRows:
+    """The messages, latest ratings, kept siblings and mined feedback of these conversations."""
+    ids = {"ids": list(conversation_ids)}
+    attr_cols = ", ".join(f"g.{n}" for n in ATTRIBUTE_NAMES)
+    msgs = store._analytics(
+        f"SELECT m.conversation_id, m.id, m.parent_id, m.role, m.content, m.status, m.seq, "
+        f"g.message_id IS NOT NULL, {attr_cols} FROM messages m "
+        "LEFT JOIN generations g ON g.message_id = m.id "
+        "WHERE m.conversation_id IN (SELECT unnest($ids)) ORDER BY m.seq", ids)
+    ratings = store._analytics(
+        "SELECT r.message_id, arg_max(r.value, r.created_at) FROM ratings r "
+        "JOIN messages m ON m.id = r.message_id "
+        "WHERE m.conversation_id IN (SELECT unnest($ids)) "
+        "AND r.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY r.message_id", ids)
+    kept = store._analytics(
+        "SELECT m.conversation_id, s.parent_id, arg_max(s.message_id, s.created_at) FROM sibling_choices s "
+        "JOIN messages m ON m.id = s.message_id WHERE m.conversation_id IN (SELECT unnest($ids)) "
+        "AND s.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY m.conversation_id, s.parent_id", ids)
+    feedback = store._analytics(
+        "SELECT DISTINCT conversation_id, target_message_id, category, message_id FROM feedback_events "
+        "WHERE conversation_id IN (SELECT unnest($ids))", ids)
+    messages = [
+        TrainingMessage(cid, mid, parent, role, content, status, seq,
+                        Attributes(**dict(zip(ATTRIBUTE_NAMES, map(int, attrs)))) if has_gen else None)
+        for cid, mid, parent, role, content, status, seq, has_gen, *attrs in msgs
+    ]
+    return TrainingRows(messages, {mid: int(v) for mid, v in ratings},
+                        [KeptSibling(*r) for r in kept], [MinedFeedback(*r) for r in feedback])
+
+
+def feedback_count_since(store: Store, since: datetime | None) -> int:
+    """Explicit and mined feedback (ratings, sibling choices, feedback events) created after
+    `since`, or ever when None: what decides whether another training run is worth it."""
+    where, params = ("", []) if since is None else (" WHERE created_at > ?", [since])
+    return sum(int(store._analytics(f"SELECT count(*) FROM {table}{where}", params)[0][0])
+               for table in ("ratings", "feedback_events", "sibling_choices"))
+
+
+# --------------------------------------------------------------------------- exports
+
+_EXPORT_SQL = """
+SELECT c.user_id, m.conversation_id, c.title, m.id AS message_id, m.parent_id, m.role, m.content,
+       m.status, m.seq, m.created_at, g.release_id, g.backend, g.model, g.adapter, g.steering,
+       g.helpfulness, g.correctness, g.coherence, g.complexity, g.verbosity, g.temperature, g.top_p,
+       g.max_new_tokens, g.seed, g.latency_ms, g.first_token_ms, g.prompt_tokens,
+       g.completion_tokens, g.finish_reason,
+       (SELECT list({'value': r.value, 'reasons': r.reasons, 'comment': r.comment})
+          FROM ratings r WHERE r.message_id = m.id) AS ratings
+FROM messages m
+JOIN conversations c ON c.id = m.conversation_id
+LEFT JOIN generations g ON g.message_id = m.id
+ORDER BY m.conversation_id, m.seq
+"""
+
+
+def messages_table(store: Store) -> pa.Table:
+    """One flat row per message (its conversation's user and title, the answer's generation
+    metadata, its ratings as a list), as an Arrow table: the Parquet export writes it as is."""
+    return store._analytics_arrow(_EXPORT_SQL)

@@ -1,0 +1,74 @@
+"""Releases: what the service can answer with (a base model, or a trained adapter on it), and
+the gate's decision about each.
+
+Design choices:
+- Status is candidate → live | rejected, and live → retired when another goes live. Making one
+  live retires the previous live one in the same transaction, so there is never zero or two live
+  releases (once the first exists).
+- `decision` is the gate's document (metrics, comparisons, reasons), JSON like a job's result.
+"""
+
+from __future__ import annotations
+
+import json
+
+from feedback.store.db import Database
+from feedback.store.records import RELEASE_COLUMNS, NotFound, Release, new_id, release_from_row
+
+
+class Releases(Database):
+    def create_release(
+        self, *, base_model: str, adapter_path: str | None, run_id: str | None = None,
+        status: str = "candidate", decision: dict | None = None, release_id: str | None = None,
+    ) -> Release:
+        release_id = release_id or new_id()
+        with self.transaction():
+            self._execute(
+                "INSERT INTO releases (id, run_id, adapter_path, base_model, status, decision, promoted_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'live' THEN now() END)",
+                [release_id, run_id, adapter_path, base_model, status, json.dumps(decision or {}, default=str),
+                 status],
+            )
+        return self.get_release(release_id)
+
+    def get_release(self, release_id: str) -> Release:
+        row = self._read_one(f"SELECT {RELEASE_COLUMNS} FROM releases WHERE id = ?", [release_id])
+        if row is None:
+            raise NotFound(f"No release {release_id!r}.")
+        return release_from_row(row)
+
+    def list_releases(self, *, limit: int = 50) -> list[Release]:
+        rows = self._read(f"SELECT {RELEASE_COLUMNS} FROM releases ORDER BY created_at DESC LIMIT ?", [limit])
+        return [release_from_row(r) for r in rows]
+
+    def live_release(self) -> Release | None:
+        row = self._read_one(
+            f"SELECT {RELEASE_COLUMNS} FROM releases WHERE status = 'live' ORDER BY promoted_at DESC LIMIT 1"
+        )
+        return release_from_row(row) if row else None
+
+    def base_release(self, base_model: str) -> Release | None:
+        """The release that serves `base_model` without an adapter: the live one if it is live,
+        else the one promoted last; None when there is none."""
+        row = self._read_one(
+            f"SELECT {RELEASE_COLUMNS} FROM releases WHERE adapter_path IS NULL AND base_model = ? "
+            "ORDER BY status = 'live' DESC, promoted_at DESC NULLS LAST LIMIT 1",
+            [base_model],
+        )
+        return release_from_row(row) if row else None
+
+    def set_release_status(self, release_id: str, status: str, *, decision: dict | None = None) -> Release:
+        """Change a release's status. Making one live retires the previous live one in the same
+        transaction, so there is never zero or two live releases."""
+        with self.transaction():
+            if status == "live":
+                self._execute(
+                    "UPDATE releases SET status = 'retired', retired_at = now() WHERE status = 'live' AND id <> ?",
+                    [release_id],
+                )
+            stamp = {"live": ", promoted_at = now(), retired_at = NULL", "retired": ", retired_at = now()"}
+            self._execute(f"UPDATE releases SET status = ?{stamp.get(status, '')} WHERE id = ?", [status, release_id])
+            if decision is not None:
+                self._execute("UPDATE releases SET decision = ? WHERE id = ?",
+                              [json.dumps(decision, default=str), release_id])
+        return self.get_release(release_id)
