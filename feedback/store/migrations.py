@@ -234,6 +234,90 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         FROM messages WHERE generation IS NOT NULL;
         """,
     ),
+    (
+        3,
+        "people's data and chat UX: consent, server-side sessions, log-in attempts, audit log, who a "
+        "run trained on, withdrawn ratings, canary releases",
+        """
+        -- NULL: the deployment's default (privacy.training_default) applies.
+        ALTER TABLE users ADD COLUMN training_consent BOOLEAN;
+
+        -- Server-side sessions: the cookie names one; signing out, a password change or "sign out
+        -- everywhere" revokes rows, so a copied cookie stops working at once.
+        CREATE TABLE sessions (
+            id            VARCHAR PRIMARY KEY,
+            user_id       VARCHAR NOT NULL,
+            is_admin      BOOLEAN NOT NULL DEFAULT false,
+            created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+            expires_at    TIMESTAMPTZ NOT NULL,
+            last_seen_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+            revoked_at    TIMESTAMPTZ,
+            user_agent    VARCHAR NOT NULL DEFAULT ''
+        );
+        CREATE INDEX sessions_user ON sessions(user_id);
+
+        -- Failed log-ins slow down, then refuse, further attempts at the same name for a while.
+        CREATE TABLE login_attempts (
+            id          VARCHAR PRIMARY KEY,
+            name        VARCHAR NOT NULL,          -- the account name tried (lower-cased)
+            ok          BOOLEAN NOT NULL,
+            created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        CREATE INDEX login_attempts_name ON login_attempts(name);
+
+        -- Who did what to the loop and to people's data, and when: append-only.
+        CREATE TABLE audit_log (
+            id          VARCHAR PRIMARY KEY,
+            actor       VARCHAR NOT NULL,          -- user id, 'admin-token', 'cli', 'schedule'
+            action      VARCHAR NOT NULL,          -- promote | rollback | forget | export | cancel | ...
+            target      VARCHAR NOT NULL DEFAULT '',
+            details     JSON,
+            created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+
+        -- Whose conversations a training run's set was built from, so a release trained on data
+        -- of a user who is later forgotten can be marked (adapter weights cannot be un-trained).
+        CREATE TABLE run_users (
+            run_id   VARCHAR NOT NULL,
+            user_id  VARCHAR NOT NULL,
+            PRIMARY KEY (run_id, user_id)
+        );
+
+        -- A rating of 0 withdraws an earlier like or dislike: the history stays append-only and
+        -- the latest row counts. (A CHECK cannot be altered in place: the table is rebuilt.)
+        CREATE TABLE ratings_v3 (
+            id          VARCHAR PRIMARY KEY,
+            message_id  VARCHAR NOT NULL,
+            user_id     VARCHAR NOT NULL,
+            value       TINYINT NOT NULL CHECK (value IN (-1, 0, 1)),
+            reasons     VARCHAR[] NOT NULL DEFAULT [],
+            comment     VARCHAR NOT NULL DEFAULT '',
+            created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        INSERT INTO ratings_v3 SELECT id, message_id, user_id, value, reasons, comment, created_at FROM ratings;
+        DROP TABLE ratings;
+        ALTER TABLE ratings_v3 RENAME TO ratings;
+        CREATE INDEX ratings_message ON ratings(message_id);
+
+        -- A release that passed the gate first serves a share of users as a canary.
+        CREATE TABLE releases_v3 (
+            id            VARCHAR PRIMARY KEY,
+            run_id        VARCHAR,
+            adapter_path  VARCHAR,
+            base_model    VARCHAR NOT NULL,
+            status        VARCHAR NOT NULL CHECK (status IN
+                          ('candidate', 'canary', 'live', 'rejected', 'retired')),
+            decision      JSON,
+            created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+            promoted_at   TIMESTAMPTZ,
+            retired_at    TIMESTAMPTZ
+        );
+        INSERT INTO releases_v3 SELECT id, run_id, adapter_path, base_model, status, decision, created_at,
+                                       promoted_at, retired_at FROM releases;
+        DROP TABLE releases;
+        ALTER TABLE releases_v3 RENAME TO releases;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
