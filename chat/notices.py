@@ -41,3 +41,24 @@ def unexpected_failure(exc: BaseException, reference: str) -> str:
 
 def is_model_failure(exc: BaseException) -> bool:
     return isinstance(exc, BackendError)
+
+
+def privacy_notice(*, retention_days: int, training_default: bool) -> list[str]:
+    """What a person is told about their data, on their first visit and on the sign-in page:
+    what is stored, what it is used for, how long it is kept, how to delete it. One sentence a
+    line; callers render them as Markdown or HTML."""
+    kept = (f"Conversations are deleted {retention_days} days after their last message."
+            if retention_days else "Conversations are kept until you delete them.")
+    use = ("By default they also help improve the advisor: the feedback you give while chatting can train "
+           "new versions of it, after names, e-mail addresses, phone numbers and other personal data are "
+           "replaced by placeholders." if training_default else
+           "They are not used to improve the advisor unless you switch that on.")
+    return [
+        "We store your conversations, the answers, your ratings and the steering settings of each answer, "
+        "so you can come back to them.",
+        use,
+        "You can switch this off under “Your conversations → Use my conversations to improve the advisor”.",
+        kept,
+        "Delete one conversation with its trash icon, or everything with “Delete my data”; "
+        "“Download my data” gives you a copy.",
+    ]

@@ -164,6 +164,21 @@ class GateSettings:
 
 
 @dataclass
+class PrivacySettings:
+    # Whether a user who has not chosen lets their conversations train the advisor ("use my
+    # conversations to improve the advisor"); each user can change it in the UI or on /api/me.
+    training_default: bool = True
+    # Replace personal data (e-mail, phone, card, IBAN, names, addresses…) by typed placeholders
+    # in every text that enters a training set or a shared export (feedback.pii, Presidio). Off
+    # only where no text leaves the store.
+    redact_training_data: bool = True
+    # Delete conversations last active more than this many days ago, and everything derived from
+    # them (0 = keep until the user deletes them). Runs as the "retention" job at retention_cron.
+    retention_days: int = pydantic.Field(default=0, ge=0)
+    retention_cron: str = "30 4 * * *"
+
+
+@dataclass
 class Settings:
     data_dir: str = "./data"
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -172,6 +187,7 @@ class Settings:
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     gate: GateSettings = field(default_factory=GateSettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
 
     # Paths derived from data_dir, resolved once.
     @property

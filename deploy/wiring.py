@@ -84,9 +84,9 @@ def register_commands(app: "typer.Typer") -> None:
 
 def register_jobs(registry: "JobRegistry") -> list[str]:
     """The service's job kinds (scheduled and manual); returns the modules that registered."""
-    from deploy.loop import cycle, extraction, training
+    from deploy.loop import cycle, extraction, privacy, training
 
-    modules = (extraction, training, cycle)  # cycle: the "cycle" and "gate" jobs
+    modules = (extraction, training, cycle, privacy)  # cycle: the "cycle" and "gate" jobs
     for module in modules:
         module.register_jobs(registry, registry.ctx)
     return [m.__name__ for m in modules]

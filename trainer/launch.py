@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
+from feedback.datasets.build import Redactor
 from feedback.labeller import Labeller
 from feedback.store import Store, TrainingRun
 from feedback.store.analytics import feedback_count_since
@@ -164,6 +165,8 @@ def launch_training(
     python: str | None = None,
     job_id: str | None = None,
     dataset_dir: str | Path | None = None,
+    consent_default: bool = True,
+    redactor: Redactor | None = None,
 ) -> TrainingRun:
     """Build the `method` training set from the store, snapshot it into `<runs_dir>/<run_id>/`,
     record the run (`training_runs` + a `jobs` row) and start its subprocess.
@@ -173,6 +176,8 @@ def launch_training(
     already made (the service's "train" job, a cycle's train step) to record the run on, so one
     run is one row. `dataset_dir`: a set the caller already built (a cycle's dataset step), copied
     into the run directory instead of built again, so the run trains on the set it reported.
+    `consent_default` and `redactor`: people's data rules of the build (`feedback.datasets.build`).
+    The users whose conversations the set holds are recorded on the run (`run_users`).
     """
     runs_dir = Path(runs_dir).resolve()
     ensure_idle(store, runs_dir)
@@ -187,11 +192,12 @@ def launch_training(
         card: DatasetCard = (
             copy_dataset(dataset_dir, run_dir, method) if dataset_dir is not None
             else build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
-                               eval_fraction=eval_fraction))
+                               eval_fraction=eval_fraction, consent_default=consent_default, redactor=redactor))
         store.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=str(base_model), job_id=job.id,
             parent_release_id=parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
         )
+        store.record_run_users(run_id, card.users)
         if card.n_train == 0:
             error = (f"no training examples for {method}: the feedback so far yields {card.n_rows} usable row(s) "
                      f"(dropped: {card.dropped or 'none'}). Collect more feedback and run extraction, then try again.")

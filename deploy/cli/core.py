@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from deploy.cli.common import err, open_store, settings_of
+from deploy.loop.privacy import forget_everywhere, training_data_rules
 from deploy.settings import masked
-from feedback.export import export_jsonl, export_parquet
+from feedback.export import SharingRules, export_jsonl, export_parquet
 
 
 class ExportFormat(str, Enum):
@@ -62,9 +63,17 @@ def export(
     ctx: typer.Context,
     fmt: ExportFormat = typer.Option(ExportFormat.jsonl, "--format", "-f", help="jsonl (one conversation a line) or parquet (one message a row)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file; default: stdout for jsonl, <data_dir>/export.parquet for parquet."),
+    for_sharing: bool = typer.Option(False, "--for-sharing", help="Leave out users who did not consent and replace "
+                                     "personal data by placeholders (jsonl only)."),
 ) -> None:
     """Export every conversation with its messages, generation metadata and ratings."""
     settings = settings_of(ctx)
+    sharing = None
+    if for_sharing:
+        if fmt is ExportFormat.parquet:
+            err.print("[red]--for-sharing writes JSON lines: use --format jsonl.[/red]")
+            raise typer.Exit(2)
+        sharing = SharingRules(**training_data_rules(settings))
     with open_store(settings) as store:
         if fmt is ExportFormat.parquet:
             path = out or settings.data_path / "export.parquet"
@@ -74,12 +83,12 @@ def export(
             from feedback.export import iter_conversation_records
 
             n = 0
-            for record in iter_conversation_records(store):
+            for record in iter_conversation_records(store, sharing=sharing):
                 sys.stdout.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
                 n += 1
             err.print(f"exported {n:,} conversations")
         else:
-            n = export_jsonl(store, out)
+            n = export_jsonl(store, out, sharing=sharing)
             err.print(f"wrote {n:,} conversations to {out}")
 
 
@@ -88,15 +97,20 @@ def forget(
     user: str = typer.Argument(..., help="The user id (see `advisor export`) or user name."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Delete everything a user wrote and everything derived from it."""
-    with open_store(settings_of(ctx)) as store:
+    """Delete everything a user wrote and everything derived from it, every copy under the data directory."""
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
         named = store.get_user_by_name(user)
         user_id = named.id if named else user
         if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
             raise typer.Exit(1)
-        counts = store.forget_user(user_id)
+        out = forget_everywhere(store, settings, user_id)
+    counts, copies = out["deleted"], out["copies"]
     total = sum(v for k, v in counts.items() if k != "users")
     err.print(f"deleted {total:,} rows of user {user_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    err.print(f"copies under {settings.data_path}: {copies['rows_removed']} row(s) removed and "
+              f"{copies['texts_replaced']} text(s) replaced in {copies['files_changed']} file(s)"
+              + (f"; could not read: {copies['errors']}" if copies["errors"] else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from deploy.cli.common import open_store, settings_of
 from deploy.cli.options import with_options
+from deploy.loop.privacy import training_data_rules
 from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import runs_dir, start_point, training_base_model
 from deploy.settings import Settings
@@ -74,7 +75,7 @@ def dataset_build(
     with open_store(settings) as store:
         try:
             card = build_dataset(store, kind.value, out, safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                 eval_fraction=eval_fraction)
+                                 eval_fraction=eval_fraction, **training_data_rules(settings))
         except DatasetError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
@@ -151,7 +152,7 @@ def train(
                                       start_adapter=adapter, parent_release_id=parent, trigger="cli",
                                       overrides=overrides,
                                       safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                      eval_fraction=eval_fraction)
+                                      eval_fraction=eval_fraction, **training_data_rules(settings))
         except (TrainingBusy, RunError, ConfigError, DatasetError, NotFound) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None

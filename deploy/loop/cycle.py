@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.loop.jobs import JobContext, JobRegistry
+from deploy.loop.privacy import training_data_rules
 from deploy.loop.report import report_dir, write_report
 from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import follow_training, run_outcome, start_training
@@ -154,7 +155,7 @@ class _Cycle:
 
     def dataset(self, job_id: str) -> dict[str, Any]:
         card = build_dataset(self.store, self.config.method, self.out / "dataset", safety_filter=self.filter,
-                             eval_fraction=self.config.eval_fraction)
+                             eval_fraction=self.config.eval_fraction, **training_data_rules(self.settings))
         self.result.dataset = card.to_json()
         if card.n_train == 0:
             raise RuntimeError(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.loop.jobs import JobContext, JobRegistry
+from deploy.loop.privacy import training_data_rules
 from deploy.settings import Settings
 from feedback.datasets import SafetyFilter
 from feedback.store import Store, TrainingRun
@@ -89,6 +90,7 @@ def start_training(
         store, method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
         parent_release_id=parent, trigger=trigger, overrides={**train_overrides(settings), **(overrides or {})},
         safety_filter=safety_filter, eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir,
+        **training_data_rules(settings),
     )
 
 

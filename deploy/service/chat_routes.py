@@ -23,37 +23,67 @@ Design choices:
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from chat import turns
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, thread_view
+from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
 from deploy.service.auth import AuthError, Identity
 from deploy.service.deps import me, services_of
 from deploy.service.errors import ApiError, as_api_error
-from deploy.service.identity import set_session
+from deploy.service.identity import adopt_guest_data, identity_of, set_session
 from deploy.service.shapes import (
     AskIn,
     ConversationIn,
     Credentials,
     EditIn,
+    MeIn,
     NewAskIn,
     RatingIn,
     RegenerateIn,
+    RenameIn,
     conversation_dict,
     me_dict,
     parse_attributes,
 )
 from deploy.service.state import Services
 from deploy.service.streaming import respond, submit
+from feedback.export import user_export
 from feedback.store import InvalidInput, NotFound
 
 router = APIRouter(prefix="/api")
 
 
+def _me_with_settings(ident: Identity, services: Services) -> dict:
+    own = services.store.training_consent(ident.user_id)
+    default = services.settings.privacy.training_default
+    return {**me_dict(ident), "training_consent": own, "training_consent_effective": default if own is None else own,
+            "retention_days": services.settings.privacy.retention_days}
+
+
 @router.get("/me")
-def get_me(ident: Identity = Depends(me)) -> dict:
-    return me_dict(ident)
+def get_me(ident: Identity = Depends(me), services: Services = Depends(services_of)) -> dict:
+    """Who am I, and my settings: whether my conversations may train the advisor."""
+    return _me_with_settings(ident, services)
+
+
+@router.patch("/me")
+def update_me(body: MeIn, ident: Identity = Depends(me), services: Services = Depends(services_of)) -> dict:
+    """Change my settings: `{"training_consent": true|false|null}` (null: the deployment's default)."""
+    services.store.set_training_consent(ident.user_id, body.training_consent)
+    return _me_with_settings(ident, services)
+
+
+@router.get("/me/export")
+def export_me(ident: Identity = Depends(me), services: Services = Depends(services_of)) -> JSONResponse:
+    """Everything stored about me, as I wrote it: conversations, answers, ratings, settings."""
+    data = user_export(services.store, ident.user_id, settings=_me_with_settings(ident, services))
+    return JSONResponse(json.loads(json.dumps(data, default=str)),
+                        headers={"Content-Disposition": 'attachment; filename="advisor-my-data.json"'})
 
 
 @router.delete("/me")
@@ -68,9 +98,9 @@ def delete_me(request: Request, confirm: bool = Query(False), ident: Identity = 
         raise ApiError(400, "The operator account cannot delete itself this way; use `advisor forget`.",
                        code="invalid_input")
     services.inflight.cancel(ident.user_id)
-    counts = services.store.forget_user(ident.user_id)
+    out = forget_everywhere(services.store, services.settings, ident.user_id)
     fresh = services.auth.new_anonymous()
-    response = JSONResponse({"deleted": counts, "new_session": me_dict(fresh)})
+    response = JSONResponse({"deleted": out["deleted"], "copies": out["copies"], "new_session": me_dict(fresh)})
     if ident.via != "api-key":  # a key-derived user cannot be re-keyed by us; the caller needs a new key
         set_session(response, services.auth, fresh, request)
     return response
@@ -81,6 +111,7 @@ def _signed_in(sign_in, body: Credentials, request: Request, services: Services,
         ident = sign_in(body.name, body.password)
     except AuthError as exc:
         raise ApiError(status, str(exc), code=code) from None
+    adopt_guest_data(services, identity_of(request), ident)
     response = JSONResponse(me_dict(ident))
     set_session(response, services.auth, ident, request)
     return response
@@ -110,10 +141,29 @@ def feedback_reasons() -> dict:
 
 
 @router.get("/conversations")
-def list_conversations(limit: int = Query(100, ge=1, le=1000), ident: Identity = Depends(me),
+def list_conversations(limit: int = Query(100, ge=1, le=1000), q: str | None = Query(None, max_length=200),
+                       before: datetime | None = None, ident: Identity = Depends(me),
                        services: Services = Depends(services_of)) -> dict:
-    convs = services.store.list_conversations(ident.user_id, limit=limit)
-    return {"conversations": [conversation_dict(c) for c in convs]}
+    """My conversations, most recently active first; `q` searches titles and text; `before`
+    (the `next_before` of the previous page) pages back."""
+    convs = services.store.list_conversations(ident.user_id, limit=limit, query=q, before=before)
+    nxt = convs[-1].updated_at.isoformat() if len(convs) == limit else None
+    return {"conversations": [conversation_dict(c) for c in convs], "next_before": nxt}
+
+
+@router.patch("/conversations/{conversation_id}")
+def rename_conversation(conversation_id: str, body: RenameIn, ident: Identity = Depends(me),
+                        services: Services = Depends(services_of)) -> dict:
+    return conversation_dict(services.store.rename_conversation(conversation_id, ident.user_id, body.title))
+
+
+@router.delete("/conversations/{conversation_id}")
+def delete_conversation(conversation_id: str, ident: Identity = Depends(me),
+                        services: Services = Depends(services_of)) -> dict:
+    """Delete one of my conversations for good: its messages, ratings, mined feedback, and every
+    copy under the data directory."""
+    out = delete_conversation_everywhere(services.store, services.settings, conversation_id, ident.user_id)
+    return {"deleted": out["deleted"], "copies": out["copies"]}
 
 
 @router.post("/conversations", status_code=201)
@@ -175,6 +225,10 @@ async def edit(message_id: str, body: EditIn, ident: Identity = Depends(me),
 
 
 def check_reasons(value: int, reasons: list[str]) -> list[str]:
+    if value == 0:
+        if reasons:
+            raise ApiError(400, "Taking a rating back carries no reasons.", code="invalid_reason", param="reasons")
+        return []
     allowed = POSITIVE_REASONS if value > 0 else NEGATIVE_REASONS
     bad = [r for r in reasons if r not in allowed]
     if bad:
@@ -187,7 +241,7 @@ def check_reasons(value: int, reasons: list[str]) -> list[str]:
 @router.post("/messages/{message_id}/rating", status_code=201)
 def rate(message_id: str, body: RatingIn, ident: Identity = Depends(me),
          services: Services = Depends(services_of)) -> dict:
-    value = {"like": 1, "dislike": -1}.get(body.value, body.value)  # type: ignore[arg-type]
+    value = {"like": 1, "dislike": -1, "withdraw": 0}.get(body.value, body.value)  # type: ignore[arg-type]
     reasons = check_reasons(value, body.reasons)
     try:
         rating = services.store.rate(message_id, ident.user_id, value, reasons=reasons, comment=body.comment)

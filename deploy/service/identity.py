@@ -76,3 +76,13 @@ def set_session(response: Response, auth: Auth, identity: Identity, request: Req
 
 def identity_of(request: Request) -> Identity:
     return request.state.identity
+
+
+def adopt_guest_data(services: Services, before: Identity | None, after: Identity) -> dict[str, int]:
+    """A guest who signs up or signs in keeps what they did as a guest: their conversations,
+    ratings, choices and settings move to the account (one transaction in the store). Only an
+    anonymous browser session is adopted — never an API key's user, another account or the admin."""
+    if before is None or before.name is not None or before.is_admin or before.via not in ("cookie", "new") \
+            or before.user_id == after.user_id:
+        return {}
+    return services.store.move_user_data(before.user_id, after.user_id)

@@ -68,7 +68,7 @@ class Metrics:
             self.generation_seconds.labels(source).observe(latency_ms / 1000)
 
     def record_rating(self, value: int) -> None:
-        self.ratings.labels("like" if value > 0 else "dislike").inc()
+        self.ratings.labels({1: "like", -1: "dislike"}.get(value, "withdrawn")).inc()
 
     def record_error(self, kind: str) -> None:
         self.errors.labels(kind).inc()

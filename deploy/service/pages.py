@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from chat.notices import privacy_notice
 from deploy.service.auth import AuthError, Identity
-from deploy.service.identity import set_session
+from deploy.service.identity import adopt_guest_data, identity_of, set_session
 from deploy.service.state import Services
 
 router = APIRouter(include_in_schema=False)
@@ -25,12 +26,23 @@ fieldset{{border:1px solid #ddd;border-radius:8px;margin:1rem 0;padding:0 1rem 1
 <p class="muted">Operators: sign in as the admin user, or paste the admin token below.</p>
 <label for="token">Admin token (optional)</label><input id="token" name="token" type="password">
 <button type="submit">Continue</button></fieldset></form>
-<p class="muted"><a href="/">Back to the chat</a> — you can also chat without an account.</p></body></html>"""
+<p class="muted"><a href="/">Back to the chat</a> — you can also chat without an account; what you did as a
+guest moves to the account you sign in to.</p>
+<section aria-labelledby="privacy"><h2 id="privacy" style="font-size:1.05rem">Your data</h2>{privacy}</section>
+</body></html>"""
+
+
+def _page(services: Services, error: str = "") -> str:
+    from html import escape
+
+    p = services.settings.privacy
+    notice = privacy_notice(retention_days=p.retention_days, training_default=p.training_default)
+    return _SIGNIN_HTML.format(error=error, privacy="".join(f'<p class="muted">{escape(s)}</p>' for s in notice))
 
 
 @router.get("/signin")
-def signin_page() -> HTMLResponse:
-    return HTMLResponse(_SIGNIN_HTML.format(error=""))
+def signin_page(request: Request) -> HTMLResponse:
+    return HTMLResponse(_page(request.app.state.services))
 
 
 @router.post("/signin")
@@ -50,8 +62,9 @@ def signin_submit(request: Request, name: str = Form(""), password: str = Form("
     except AuthError as exc:
         from html import escape
 
-        return HTMLResponse(_SIGNIN_HTML.format(error=f'<p class="err" role="alert">{escape(str(exc))}</p>'),
-                            status_code=401)
+        return HTMLResponse(_page(services, f'<p class="err" role="alert">{escape(str(exc))}</p>'), status_code=401)
+    if not ident.is_admin:
+        adopt_guest_data(services, identity_of(request), ident)
     response = RedirectResponse("/", status_code=303)
     set_session(response, services.auth, ident, request)
     return response

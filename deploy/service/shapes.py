@@ -62,13 +62,23 @@ class EditIn(RegenerateIn):
 
 
 class RatingIn(BaseModel):
-    value: Literal[1, -1, "like", "dislike"]
+    # 0 / "withdraw" takes back an earlier like or dislike (the latest rating counts).
+    value: Literal[1, -1, 0, "like", "dislike", "withdraw"]
     reasons: list[str] = Field(default_factory=list, max_length=10)
     comment: str = Field(default="", max_length=2000)
 
 
 class ConversationIn(BaseModel):
     title: str = Field(default="", max_length=200)
+
+
+class RenameIn(BaseModel):
+    title: str = Field(min_length=1, max_length=200)
+
+
+class MeIn(BaseModel):
+    # "Use my conversations to improve the advisor"; null: the deployment's default.
+    training_consent: bool | None
 
 
 class Credentials(BaseModel):

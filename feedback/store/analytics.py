@@ -101,14 +101,25 @@ class TrainingRows:
     feedback: list[MinedFeedback]  # distinct
 
 
-def training_conversation_ids(store: Store) -> tuple[list[str], int]:
-    """Every conversation of users not forgotten, in creation order, and how many were skipped."""
+class TrainingConversations(NamedTuple):
+    """The conversations a training set may use, their owners, and how many were left out why."""
+
+    ids: list[str]
+    user_of: dict[str, str]
+    excluded: dict[str, int]  # forgotten_user_conversations | opted_out_conversations
+
+
+def training_conversation_ids(store: Store, *, consent_default: bool = True) -> TrainingConversations:
+    """Every conversation whose user is not forgotten and lets their conversations train the
+    advisor (their own setting, else `consent_default`), in creation order."""
     rows = store._analytics(
-        "SELECT c.id, f.user_id IS NOT NULL FROM conversations c "
-        "LEFT JOIN forgotten_users f ON f.user_id = c.user_id ORDER BY c.created_at, c.id"
-    )
-    keep = [cid for cid, forgotten in rows if not forgotten]
-    return keep, len(rows) - len(keep)
+        "SELECT c.id, c.user_id, f.user_id IS NOT NULL, coalesce(u.training_consent, ?) FROM conversations c "
+        "LEFT JOIN forgotten_users f ON f.user_id = c.user_id LEFT JOIN users u ON u.id = c.user_id "
+        "ORDER BY c.created_at, c.id", [consent_default])
+    keep = [(cid, uid) for cid, uid, forgotten, consent in rows if not forgotten and consent]
+    excluded = {"forgotten_user_conversations": sum(1 for r in rows if r[2]),
+                "opted_out_conversations": sum(1 for r in rows if not r[2] and not r[3])}
+    return TrainingConversations([cid for cid, _ in keep], dict(keep), excluded)
 
 
 def training_rows(store: Store, conversation_ids: Sequence[str]) -> TrainingRows:

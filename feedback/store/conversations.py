@@ -15,6 +15,7 @@ Design choices:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from feedback.store.records import (
     CONVERSATION_COLUMNS,
@@ -25,6 +26,7 @@ from feedback.store.records import (
     Message,
     MessageNode,
     NotFound,
+    clean_text,
     message_from_row,
     new_id,
 )
@@ -54,12 +56,49 @@ class Conversations(Users):
             raise NotFound(f"No conversation {conversation_id!r} for this user.")
         return Conversation(*row)
 
-    def list_conversations(self, user_id: str, *, limit: int = 100) -> list[Conversation]:
-        rows = self._read(
-            f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE user_id = ? ORDER BY updated_at DESC LIMIT ?",
-            [user_id, limit],
-        )
+    def list_conversations(self, user_id: str, *, limit: int = 100, query: str | None = None,
+                           before: datetime | None = None) -> list[Conversation]:
+        """The user's conversations, most recently active first. `query` keeps those whose title
+        or any message contains it (case-insensitive); `before` pages: only conversations last
+        active before that time (pass the last one's `updated_at` to get the next page)."""
+        sql = f"SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE user_id = ?"
+        params: list = [user_id]
+        if before is not None:
+            sql += " AND updated_at < ?"
+            params.append(before)
+        if query and query.strip():
+            pattern = "%" + query.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            sql += (" AND (lower(title) LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
+                    "m.conversation_id = c.id AND lower(m.content) LIKE ? ESCAPE '\\'))")
+            params += [pattern, pattern]
+        rows = self._read(sql + " ORDER BY updated_at DESC, id LIMIT ?", [*params, limit])
         return [Conversation(*r) for r in rows]
+
+    def rename_conversation(self, conversation_id: str, user_id: str, title: str) -> Conversation:
+        """Give one of the user's conversations a title of their own (NotFound if not theirs)."""
+        title = clean_text(title, what="title", max_chars=200)
+        self.get_conversation(conversation_id, user_id=user_id)
+        with self.transaction():
+            self._execute("UPDATE conversations SET title = ? WHERE id = ? AND user_id = ?",
+                          [title, conversation_id, user_id])
+        return self.get_conversation(conversation_id, user_id=user_id)
+
+    def move_user_data(self, from_user: str, to_user: str) -> dict[str, int]:
+        """A guest signs up or signs in: their conversations, ratings, sibling choices and
+        consent become the account's, in one transaction. Returns rows moved per table."""
+        if from_user == to_user:
+            return {}
+        with self.transaction():
+            self.ensure_user(to_user)
+            moved = {table: self._execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", [to_user, from_user])
+                     for table in ("conversations", "ratings", "sibling_choices")}
+            consent = self._read_one("SELECT training_consent FROM users WHERE id = ?", [from_user])
+            if consent is not None and consent[0] is not None:
+                self._execute("UPDATE users SET training_consent = coalesce(training_consent, ?) WHERE id = ?",
+                              [consent[0], to_user])
+            self._execute("DELETE FROM users WHERE id = ? AND name IS NULL", [from_user])
+            self._known_users.discard(from_user)
+        return moved
 
     def all_conversations(self, *, limit: int, offset: int = 0) -> list[Conversation]:
         """Every user's conversations, oldest first, a page at a time (exports)."""

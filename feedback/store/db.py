@@ -22,6 +22,10 @@ Design choices:
   data. Placeholders are translated here, and only here, when a driver wants another style.
 - Schema changes are numbered migrations (`migrations.py`), applied on open, each in its own
   transaction.
+- `compact()` rewrites the file (DuckDB's `COPY FROM DATABASE` into a new file, then a rename):
+  DuckDB leaves deleted rows' bytes in freed blocks, and forgetting a person must not. Every
+  statement runs inside `_using()`, so compaction can wait for the ones running, swap the
+  connection, and let the next ones start on the new file (each thread's cursor is renewed).
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ class Database:
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._closed = False
+        # Statements running now, and whether a compaction is waiting for them (see compact()).
+        self._gate = threading.Condition()
+        self._running = 0
+        self._swapping = False
+        self._epoch = 0  # bumped when compaction swaps the connection: cursors of older epochs are stale
         self._migrate()
 
     def __enter__(self) -> Self:
@@ -102,16 +111,62 @@ class Database:
         if self._closed:
             raise StoreError("The store is closed.")
         cur = getattr(self._local, "cursor", None)
-        if cur is None:
+        if cur is None or getattr(self._local, "epoch", -1) != self._epoch:
             cur = self._conn.cursor()
-            self._local.cursor = cur
+            self._local.cursor, self._local.epoch = cur, self._epoch
         return cur
+
+    @contextmanager
+    def _using(self) -> Iterator[None]:
+        """Around every statement: waits while a compaction swaps the file, and lets it wait for
+        the statements already running. Re-entrant per thread (a transaction's statements)."""
+        depth = getattr(self._local, "using", 0)
+        if depth == 0:
+            with self._gate:
+                self._gate.wait_for(lambda: not self._swapping)
+                self._running += 1
+        self._local.using = depth + 1
+        try:
+            yield
+        finally:
+            self._local.using = depth
+            if depth == 0:
+                with self._gate:
+                    self._running -= 1
+                    self._gate.notify_all()
+
+    def compact(self) -> None:
+        """Rewrite the database file so deleted rows leave no bytes behind (after forgetting a
+        user or a retention sweep). Blocks other statements while it runs: seconds per 100k
+        conversations."""
+        with self._write_lock:
+            with self._gate:
+                self._swapping = True
+                self._gate.wait_for(lambda: self._running == 0)
+            try:
+                fresh = self.path.with_name(self.path.name + ".compact")
+                fresh.unlink(missing_ok=True)
+                self._conn.execute("CHECKPOINT")
+                self._conn.execute(f"ATTACH '{fresh}' AS compacted")
+                self._conn.execute(f"COPY FROM DATABASE \"{self._catalog()}\" TO compacted")
+                self._conn.execute("DETACH compacted")
+                self._conn.close()
+                fresh.replace(self.path)
+                self._conn = duckdb.connect(str(self.path))
+                self._epoch += 1
+            finally:
+                with self._gate:
+                    self._swapping = False
+                    self._gate.notify_all()
+
+    def _catalog(self) -> str:
+        return self._conn.execute("SELECT current_database()").fetchone()[0]
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """One serialised write transaction around typed store calls; commits on success, rolls
         back on any error. Inside another transaction of this thread it joins that one."""
-        with self._write_lock:
+        with self._write_lock, self._using():
             cur = self._cursor()
             if getattr(self._local, "in_txn", False):
                 yield
@@ -132,17 +187,18 @@ class Database:
     # table, say) while a result is half read, and these results are a few rows at most.
 
     def _read(self, sql: str, params: Params = ()) -> list[tuple]:
-        return self._cursor().execute(sql, params).fetchall()
+        with self._using():
+            return self._cursor().execute(sql, params).fetchall()
 
     def _read_one(self, sql: str, params: Params = ()) -> tuple | None:
-        rows = self._cursor().execute(sql, params).fetchall()
+        rows = self._read(sql, params)
         return rows[0] if rows else None
 
     def _execute(self, sql: str, params: Params = ()) -> int:
         """A write on this thread's cursor (inside the caller's transaction, if any, else in
         autocommit). Returns the rows it changed: DuckDB answers a DML statement with that count
         as its one row (PostgreSQL drivers: `cursor.rowcount`)."""
-        rows = self._cursor().execute(sql, params).fetchall()
+        rows = self._read(sql, params)
         return int(rows[0][0]) if rows else 0
 
     def _returning(self, sql: str, params: Params = ()) -> tuple | None:
@@ -150,7 +206,8 @@ class Database:
         return self._read_one(sql, params)
 
     def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
-        self._cursor().executemany(sql, rows)
+        with self._using():
+            self._cursor().executemany(sql, rows)
 
     def _insert_rows(self, table: str, columns: Sequence[str], rows: dict[str, list], *,
                      skip_conflicts: bool = False) -> int:
@@ -165,22 +222,25 @@ class Database:
         names = ", ".join(columns)
         view = f"_new_{table}"
         conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
-        cur = self._cursor()
-        cur.register(view, pa.table({c: rows[c] for c in columns}))
-        try:
-            rows = cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {view}{conflict}").fetchall()
-        finally:
-            cur.unregister(view)
+        with self._using():
+            cur = self._cursor()
+            cur.register(view, pa.table({c: rows[c] for c in columns}))
+            try:
+                rows = cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {view}{conflict}").fetchall()
+            finally:
+                cur.unregister(view)
         return int(rows[0][0]) if rows else 0
 
     # ---- analytics reads (DuckDB SQL: later DuckDB over data exported from PostgreSQL)
 
     def _analytics(self, sql: str, params: Params | dict | None = None) -> list[tuple]:
-        return self._cursor().execute(sql, params or []).fetchall()
+        with self._using():
+            return self._cursor().execute(sql, params or []).fetchall()
 
     def _analytics_arrow(self, sql: str, params: Params | dict | None = None):
         """The same, as an Arrow table (exports write it to Parquet without a Python round trip)."""
-        return self._cursor().sql(sql, params=params or None).to_arrow_table()
+        with self._using():
+            return self._cursor().sql(sql, params=params or None).to_arrow_table()
 
     # ---- schema
 
@@ -194,7 +254,7 @@ class Database:
             if version <= self.schema_version():
                 continue
             with self.transaction():
-                self._cursor().execute(sql)  # several statements: DuckDB runs them as one script
+                self._cursor().execute(sql)  # several statements: DuckDB runs them as one script (under _using)
                 self._execute("INSERT INTO schema_version (version, description) VALUES (?, ?)",
                               [version, description])
 

@@ -1,47 +1,137 @@
-"""Forgetting a user: everything they wrote and everything derived from it goes, at once.
+"""Deleting people's data: a user (forgetting), one conversation, or everything past retention.
 
 Design choices:
-- One transaction: a crash leaves the user wholly there or wholly gone.
-- Derived rows go too: ratings of their answers (by anyone), sibling choices, mined feedback
-  events in their conversations; generation metadata lives on the answers' rows and goes with
-  them. Counts per table come back for the person who asked.
-- The id is remembered in `forgotten_users`, so no later write (a stale session, an import) can
-  bring the user back, and training-set builds skip any row of theirs that got in regardless.
+- One statement list, `_delete_conversations`, for all three: a set of conversations (a subquery)
+  and everything derived from them go — ratings and sibling choices on their messages, mined
+  feedback events, the messages (generation metadata lives on the answers' rows and goes with
+  them). Counts per table come back for the person who asked and for the job row.
+- One transaction each: a crash leaves the data wholly there or wholly gone.
+- Forgetting also deletes the user row and remembers the id in `forgotten_users`, so no later
+  write (a stale session, an import) can bring the user back, and training-set builds skip any
+  row of theirs that got in regardless.
+- What was deleted can survive in two places the rows do not reach: the database file's freed
+  blocks (DuckDB does not overwrite them; `compact()` rewrites the file), and copies outside the
+  store (training snapshots, exports: `feedback.purge`, given the `Footprint` taken before).
+- Releases trained on a forgotten user's conversations are known from `run_users`: weights
+  cannot be un-trained, so the registry marks them and the operator decides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
 from feedback.store.users import Users
 
-_OWN_CONVERSATIONS = "SELECT id FROM conversations WHERE user_id = ?"
-_OWN_MESSAGES = f"SELECT id FROM messages WHERE conversation_id IN ({_OWN_CONVERSATIONS})"
-# (what is counted, the statement); every `?` is the user id. A SELECT counts, a DELETE deletes.
-_STEPS = [
-    ("ratings", f"DELETE FROM ratings WHERE user_id = ? OR message_id IN ({_OWN_MESSAGES})"),
-    ("sibling_choices", f"DELETE FROM sibling_choices WHERE user_id = ? OR message_id IN ({_OWN_MESSAGES})"),
-    ("feedback_events", f"DELETE FROM feedback_events WHERE conversation_id IN ({_OWN_CONVERSATIONS})"),
+# (what is counted, the statement); `{convs}` is the subquery naming the conversations.
+_DERIVED = [
+    ("ratings", "DELETE FROM ratings WHERE message_id IN (SELECT id FROM messages WHERE conversation_id IN ({convs}))"),
+    ("sibling_choices", "DELETE FROM sibling_choices WHERE conversation_id IN ({convs})"),
+    ("feedback_events", "DELETE FROM feedback_events WHERE conversation_id IN ({convs})"),
     # Generation metadata lives on the answers' rows: counted here, deleted with them.
-    ("generations", "SELECT count(*) FROM messages WHERE generation IS NOT NULL "
-                    f"AND conversation_id IN ({_OWN_CONVERSATIONS})"),
-    ("messages", f"DELETE FROM messages WHERE conversation_id IN ({_OWN_CONVERSATIONS})"),
-    ("conversations", "DELETE FROM conversations WHERE user_id = ?"),
-    ("users", "DELETE FROM users WHERE id = ?"),
+    ("generations", "SELECT count(*) FROM messages WHERE generation IS NOT NULL AND conversation_id IN ({convs})"),
+    ("messages", "DELETE FROM messages WHERE conversation_id IN ({convs})"),
+    ("conversations", "DELETE FROM conversations WHERE id IN ({convs})"),
 ]
+# Texts shorter than this are not searched for in copies: "thanks" is everybody's.
+MIN_NEEDLE_CHARS = 24
+
+
+@dataclass
+class Footprint:
+    """What identifies a set of conversations in copies outside the store."""
+
+    user_ids: set[str] = field(default_factory=set)
+    conversation_ids: set[str] = field(default_factory=set)
+    message_ids: set[str] = field(default_factory=set)
+    texts: set[str] = field(default_factory=set)  # distinctive message texts (≥ MIN_NEEDLE_CHARS)
+
+    @property
+    def ids(self) -> set[str]:
+        return self.user_ids | self.conversation_ids | self.message_ids
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
 
 
 class Privacy(Users):
+    def _footprint(self, convs: str, params: Sequence) -> Footprint:
+        rows = self._read(f"SELECT c.user_id, c.id, m.id, m.content FROM conversations c "
+                          f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
+        fp = Footprint()
+        for user_id, conv_id, msg_id, content in rows:
+            fp.user_ids.add(user_id)
+            fp.conversation_ids.add(conv_id)
+            if msg_id is not None:
+                fp.message_ids.add(msg_id)
+            if content and len(content.strip()) >= MIN_NEEDLE_CHARS:
+                fp.texts.add(content.strip())
+        return fp
+
+    def _delete_conversations(self, convs: str, params: Sequence) -> dict[str, int]:
+        """Delete the conversations the subquery names and everything derived from them; call
+        inside a transaction."""
+        counts: dict[str, int] = {}
+        for table, template in _DERIVED:
+            sql = template.format(convs=convs)
+            args = list(params) * template.count("{convs}")
+            if sql.startswith("SELECT"):
+                row = self._read_one(sql, args)
+                counts[table] = int(row[0]) if row else 0
+            else:
+                counts[table] = self._execute(sql, args)
+        return counts
+
+    def user_footprint(self, user_id: str) -> Footprint:
+        fp = self._footprint("SELECT id FROM conversations WHERE user_id = ?", [user_id])
+        fp.user_ids.add(user_id)
+        return fp
+
     def forget_user(self, user_id: str) -> dict[str, int]:
         """Delete everything the user wrote and everything derived from it, in one transaction,
         and remember the id so it can never be written again. Returns rows deleted per table."""
-        counts: dict[str, int] = {}
         with self.transaction():
             self._known_users.discard(user_id)
-            for table, sql in _STEPS:
-                params = [user_id] * sql.count("?")
-                if sql.startswith("SELECT"):
-                    row = self._read_one(sql, params)
-                    counts[table] = int(row[0]) if row else 0
-                else:
-                    counts[table] = self._execute(sql, params)
+            counts = self._delete_conversations("SELECT id FROM conversations WHERE user_id = ?", [user_id])
+            # Rows the user left outside their own conversations (none today; cheap insurance).
+            counts["ratings"] += self._execute("DELETE FROM ratings WHERE user_id = ?", [user_id])
+            counts["sibling_choices"] += self._execute("DELETE FROM sibling_choices WHERE user_id = ?", [user_id])
+            counts["sessions"] = self._execute("DELETE FROM sessions WHERE user_id = ?", [user_id])
+            counts["users"] = self._execute("DELETE FROM users WHERE id = ?", [user_id])
             self._execute("INSERT INTO forgotten_users (user_id) VALUES (?) ON CONFLICT DO NOTHING", [user_id])
         return counts
+
+    def conversation_footprint(self, conversation_id: str, user_id: str) -> Footprint:
+        return self._footprint("SELECT id FROM conversations WHERE id = ? AND user_id = ?",
+                               [conversation_id, user_id])
+
+    def delete_conversation(self, conversation_id: str, user_id: str) -> dict[str, int]:
+        """Delete one of the user's conversations and what was derived from it (NotFound if it is
+        not theirs)."""
+        self.get_conversation(conversation_id, user_id=user_id)
+        with self.transaction():
+            return self._delete_conversations("SELECT id FROM conversations WHERE id = ? AND user_id = ?",
+                                              [conversation_id, user_id])
+
+    def expired_footprint(self, before: datetime) -> Footprint:
+        return self._footprint("SELECT id FROM conversations WHERE updated_at < ?", [before])
+
+    def delete_conversations_before(self, before: datetime) -> dict[str, int]:
+        """Retention: delete every conversation last active before `before`, and its derived rows."""
+        with self.transaction():
+            return self._delete_conversations("SELECT id FROM conversations WHERE updated_at < ?", [before])
+
+    def record_run_users(self, run_id: str, user_ids: Sequence[str]) -> None:
+        """Remember whose conversations a training run's set was built from."""
+        if user_ids:
+            with self.transaction():
+                self._executemany("INSERT INTO run_users (run_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                  [[run_id, u] for u in sorted(set(user_ids))])
+
+    def forgotten_users_per_release(self) -> dict[str, int]:
+        """Release id → how many users whose data its adapter was trained on have since been forgotten."""
+        rows = self._read(
+            "SELECT r.id, count(DISTINCT f.user_id) FROM releases r JOIN run_users u ON u.run_id = r.run_id "
+            "JOIN forgotten_users f ON f.user_id = u.user_id GROUP BY r.id")
+        return {release_id: int(n) for release_id, n in rows}

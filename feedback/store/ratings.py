@@ -2,7 +2,9 @@
 
 Design choices:
 - Both are append-only events. A user may change their mind (a like, then a dislike; a thumb,
-  then its reasons), so readers take each user's latest row per message; the history stays.
+  then its reasons; a like taken back), so readers take each user's latest row per message; the
+  history stays. A rating of 0 withdraws: the latest row is then "no rating", for the user's view,
+  the operator's counts and the training sets alike.
 - Only the owner of a conversation can rate its answers or choose among its siblings:
   `get_message(..., user_id=...)` answers `NotFound` for anyone else's.
 - "Latest per key" is a `row_number()` window, not DuckDB's `arg_max`: PostgreSQL runs it too.
@@ -20,8 +22,10 @@ class Ratings(Conversations):
     def rate(
         self, message_id: str, user_id: str, value: int, *, reasons: Sequence[str] = (), comment: str = ""
     ) -> Rating:
-        if value not in (-1, 1):
-            raise InvalidInput("A rating is +1 (like) or -1 (dislike).")
+        if value not in (-1, 0, 1):
+            raise InvalidInput("A rating is +1 (like), -1 (dislike) or 0 (take it back).")
+        if value == 0 and (reasons or (comment and comment.strip())):
+            raise InvalidInput("Taking a rating back carries no reasons or comment.")
         msg = self.get_message(message_id, user_id=user_id)  # only your own conversation's answers
         if msg.role != "assistant":
             raise InvalidInput("Only answers can be rated.")
@@ -43,14 +47,15 @@ class Ratings(Conversations):
         return [rating_from_row(r) for r in rows]
 
     def latest_ratings(self, user_id: str, message_ids: Sequence[str]) -> dict[str, Rating]:
-        """The user's latest rating of each of these messages (those they rated), in one query."""
+        """The user's latest rating of each of these messages (those they rated and did not take
+        back), in one query."""
         if not message_ids:
             return {}
         rows = self._read(
             f"SELECT {RATING_COLUMNS} FROM ("
             f" SELECT {RATING_COLUMNS},"
             "  row_number() OVER (PARTITION BY message_id ORDER BY created_at DESC) AS nth"
-            " FROM ratings WHERE user_id = ? AND message_id = ANY(?)) AS latest WHERE nth = 1",
+            " FROM ratings WHERE user_id = ? AND message_id = ANY(?)) AS latest WHERE nth = 1 AND value <> 0",
             [user_id, list(message_ids)],
         )
         return {r.message_id: r for r in map(rating_from_row, rows)}

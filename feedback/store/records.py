@@ -82,6 +82,8 @@ class User:
     is_admin: bool
     created_at: datetime
     password_hash: str | None = field(default=None, repr=False)
+    # "Use my conversations to improve the advisor": None = the deployment's default applies.
+    training_consent: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ class TrainingRun:
 
 # --------------------------------------------------------------------------- rows → records
 
-USER_COLUMNS = "id, name, is_admin, created_at, password_hash"
+USER_COLUMNS = "id, name, is_admin, created_at, password_hash, training_consent"
 CONVERSATION_COLUMNS = "id, user_id, title, source, created_at, updated_at"
 MESSAGE_COLUMNS = "m.id, m.conversation_id, m.parent_id, m.role, m.content, m.status, m.seq, m.created_at, m.generation"
 RATING_COLUMNS = "id, message_id, user_id, value, reasons, comment, created_at"

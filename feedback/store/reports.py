@@ -99,7 +99,8 @@ def ratings_by_reason(store: Store, *, days: int = 30) -> list[dict]:
     rows = store._analytics(
         f"SELECT CASE WHEN value = 1 THEN 'like' ELSE 'dislike' END, "
         f"unnest(CASE WHEN len(reasons) = 0 THEN ['(none)'] ELSE reasons END) AS reason, count(*) "
-        f"FROM ({_LATEST_RATINGS}) WHERE created_at >= now() - INTERVAL {int(days)} DAY GROUP BY 1, 2 ORDER BY 3 DESC"
+        f"FROM ({_LATEST_RATINGS}) WHERE value <> 0 AND created_at >= now() - INTERVAL {int(days)} DAY "
+        f"GROUP BY 1, 2 ORDER BY 3 DESC"
     )
     return [{"rating": r, "reason": reason, "count": int(n)} for r, reason, n in rows]
 

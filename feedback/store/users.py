@@ -57,3 +57,13 @@ class Users(Database):
 
     def is_forgotten(self, user_id: str) -> bool:
         return self._read_one("SELECT 1 FROM forgotten_users WHERE user_id = ?", [user_id]) is not None
+
+    def set_training_consent(self, user_id: str, consent: bool | None) -> None:
+        """Record whether the user's conversations may train the advisor (None: the default)."""
+        with self.transaction():
+            self.ensure_user(user_id)
+            self._execute("UPDATE users SET training_consent = ? WHERE id = ?", [consent, user_id])
+
+    def training_consent(self, user_id: str) -> bool | None:
+        row = self._read_one("SELECT training_consent FROM users WHERE id = ?", [user_id])
+        return row[0] if row else None
