@@ -18,9 +18,10 @@ from chat.ui.layout import OPEN_DRAWERS_JS, build_chat_page
 
 def build_ui(deps: UIDeps) -> gr.Blocks:
     with gr.Blocks(title="Advisor", fill_height=True, fill_width=True) as demo:
-        ui = ChatUI(deps=deps, view=build_chat_page())
+        ui = ChatUI(deps=deps, view=build_chat_page(deps.privacy_notice))
         wire(ui)
         v = ui.view
-        demo.load(bind(on_load, ui), [v.state], [v.state, v.who, v.convs], js=OPEN_DRAWERS_JS, **HIDDEN)
+        demo.load(bind(on_load, ui), [v.state], [v.state, v.shown, v.who, v.convs, v.older, v.consent],
+                  js=OPEN_DRAWERS_JS, **HIDDEN)
     demo.queue(default_concurrency_limit=64)
     return demo

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chat.inflight import ChatHooks, InFlight
@@ -23,3 +23,10 @@ class UIDeps:
     inflight: InFlight
     hooks: ChatHooks
     max_message_chars: int = 8000
+    # People's data (DESIGN.md): the notice a first visit shows, the deployment's default for
+    # "use my conversations to improve the advisor", and deleting that reaches every copy under the
+    # data directory (the composition root's `forget_everywhere` / `delete_conversation_everywhere`).
+    privacy_notice: list[str] = field(default_factory=list)
+    consent_default: bool = True
+    forget: Callable[[str], dict] | None = None  # user id → what was deleted
+    delete_conversation: Callable[[str, str], dict] | None = None  # (conversation id, user id) → ...

@@ -31,8 +31,17 @@ from chat.notices import reference_for
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, descend, display_markdown, thread_view
 from chat.turns import Turn
 from chat.ui.deps import UIDeps
-from chat.ui.layout import ChatView, new_state
-from chat.ui.render import branch_label, edited_text, focus_of, friendly_error, level_line, render, who_line
+from chat.ui.layout import PAGE_SIZE, ChatView, new_state
+from chat.ui.render import (
+    branch_label,
+    conversation_label,
+    edited_text,
+    focus_of,
+    friendly_error,
+    level_line,
+    render,
+    who_line,
+)
 from feedback.attributes import NAMES, Attributes, InvalidAttributes
 from feedback.store import InvalidInput, NotFound
 
@@ -64,10 +73,19 @@ def who_or_notice(ui: ChatUI, request: gr.Request) -> tuple[Any, str | None]:
     return ident, None
 
 
-def conv_choices(ui: ChatUI, user_id: str, value: str | None = None) -> dict:
-    convs = ui.deps.store().list_conversations(user_id, limit=200)
-    choices = [((conv.title or "New conversation")[:60], conv.id) for conv in convs]
-    return gr.update(choices=choices, value=value)
+def conv_choices(ui: ChatUI, user_id: str, value: str | None = None, *, query: str | None = None,
+                 limit: int = PAGE_SIZE) -> dict:
+    """The conversation list: titles with their last activity, newest first, `limit` of them."""
+    convs = ui.deps.store().list_conversations(user_id, limit=limit, query=query or None)
+    choices = [(conversation_label(conv.title, conv.updated_at), conv.id) for conv in convs]
+    label = f"Conversations matching “{query.strip()}”" if query and query.strip() else "Your conversations"
+    return gr.update(choices=choices, value=value, label=label)
+
+
+def older_button(ui: ChatUI, user_id: str, limit: int, query: str | None = None) -> dict:
+    """"Show older" only while there is something older to show."""
+    more = len(ui.deps.store().list_conversations(user_id, limit=limit + 1, query=query or None)) > limit
+    return gr.update(visible=more)
 
 
 def view_updates(ui: ChatUI, st: dict, user_id: str, *, leaf: str | None = None, focus: str | None = None,
@@ -189,7 +207,10 @@ def on_load(ui: ChatUI, st: dict, request: gr.Request) -> dict:
     if ident is None:
         return {v.state: new_state(), v.who: "Your session could not be read. Please reload the page.",
                 v.convs: gr.update(choices=[], value=None)}
-    return {v.state: new_state(), v.who: who_line(ident), v.convs: conv_choices(ui, ident.user_id)}
+    own = ui.deps.store().training_consent(ident.user_id)
+    return {v.state: new_state(), v.shown: PAGE_SIZE, v.who: who_line(ident), v.convs: conv_choices(ui, ident.user_id),
+            v.older: older_button(ui, ident.user_id, PAGE_SIZE),
+            v.consent: gr.update(value=ui.deps.consent_default if own is None else own)}
 
 
 # --------------------------------------------------------------------------- asking
@@ -332,14 +353,16 @@ def on_like(ui: ChatUI, st: dict, data: gr.LikeData, request: gr.Request) -> dic
     target = _message_at(st, data)
     if target is None:
         return {v.rating_panel: gr.update(visible=False)}
-    if data.liked not in (True, False):  # un-liked: ratings are append-only; just close the panel
-        return {v.rating_panel: gr.update(visible=False), v.state: {**st, "rate": None}}
-    value = 1 if data.liked is True else -1
+    # Clicking an active like (or dislike) again takes it back: a rating of 0, the latest counting.
+    value = 1 if data.liked is True else -1 if data.liked is False else 0
     try:
         ui.deps.store().rate(target, ident.user_id, value)
     except (InvalidInput, NotFound) as exc:
         return refuse(ui, st, None, friendly_error(exc), "invalid_input")
     ui.deps.hooks.on_rating(value)
+    if value == 0:
+        out = view_updates(ui, {**st, "rate": None}, ident.user_id, leaf=st.get("leaf"), note="Your rating was taken back.")
+        return {**out, v.rating_panel: gr.update(visible=False)}
     out = view_updates(ui, {**st, "rate": {"id": target, "value": value}}, ident.user_id, leaf=st.get("leaf"))
     out.update({
         v.rating_panel: gr.update(visible=True),
@@ -420,11 +443,81 @@ def on_forget(ui: ChatUI, st: dict, request: gr.Request) -> dict:
         return refuse(ui, st, None, "The operator account cannot delete itself here; use `advisor forget`.",
                       "invalid_input")
     ui.deps.inflight.cancel(ident.user_id)
-    counts = ui.deps.store().forget_user(ident.user_id)
+    counts = ui.deps.forget(ident.user_id)["deleted"] if ui.deps.forget else ui.deps.store().forget_user(ident.user_id)
     n = sum(count for table, count in counts.items() if table != "users")
     return {v.state: new_state(), v.chatbot: gr.update(value=[], feedback_value=[]),
             v.convs: gr.update(choices=[], value=None), v.confirm_box: gr.update(visible=False),
             v.notice: notice(f"Your data was deleted ({n} records). Starting a fresh session…")}
+
+
+# --------------------------------------------------------------------------- the conversation list
+
+
+def on_search(ui: ChatUI, query: str, st: dict, request: gr.Request) -> tuple:
+    ident = ui.deps.identify(request)
+    if ident is None:
+        return gr.update(), PAGE_SIZE, gr.update(visible=False)
+    return (conv_choices(ui, ident.user_id, st.get("conv"), query=query), PAGE_SIZE,
+            older_button(ui, ident.user_id, PAGE_SIZE, query))
+
+
+def on_older(ui: ChatUI, query: str, shown: int, st: dict, request: gr.Request) -> tuple:
+    ident = ui.deps.identify(request)
+    if ident is None:
+        return gr.update(), shown, gr.update(visible=False)
+    shown = int(shown or PAGE_SIZE) + PAGE_SIZE
+    return (conv_choices(ui, ident.user_id, st.get("conv"), query=query, limit=shown), shown,
+            older_button(ui, ident.user_id, shown, query))
+
+
+def on_rename(ui: ChatUI, title: str, st: dict, request: gr.Request) -> tuple:
+    ident, problem = who_or_notice(ui, request)
+    if problem or not st.get("conv"):
+        return gr.update(), notice(problem or "Open a conversation first, then rename it."), title
+    try:
+        ui.deps.store().rename_conversation(st["conv"], ident.user_id, title or "")
+    except (InvalidInput, NotFound) as exc:
+        return gr.update(), notice(friendly_error(exc)), title
+    return conv_choices(ui, ident.user_id, st["conv"]), notice("Renamed."), ""
+
+
+def on_consent(ui: ChatUI, value: bool, request: gr.Request) -> dict:
+    ident = ui.deps.identify(request)
+    if ident is None:
+        return notice("Your session has expired. Please reload the page.")
+    ui.deps.store().set_training_consent(ident.user_id, bool(value))
+    return notice("Your conversations may be used to improve the advisor (personal data removed first)." if value
+                  else "Your conversations will not be used to improve the advisor.")
+
+
+def on_conv_delete_ask(ui: ChatUI, st: dict, request: gr.Request) -> dict:
+    """The chatbot's trash icon: ask first, and put the thread back on screen meanwhile."""
+    ident = ui.deps.identify(request)
+    if ident is None or not st.get("conv"):
+        return {**on_new(ui, st, request), ui.view.conv_confirm: gr.update(visible=False)}
+    out = view_updates(ui, st, ident.user_id, leaf=st.get("leaf"))
+    return {**out, ui.view.conv_confirm: gr.update(visible=True)}
+
+
+def on_conv_delete_no(ui: ChatUI, st: dict) -> dict:
+    return gr.update(visible=False)
+
+
+def on_conv_delete_yes(ui: ChatUI, st: dict, request: gr.Request) -> dict:
+    v = ui.view
+    ident, problem = who_or_notice(ui, request)
+    if problem or not st.get("conv"):
+        return {**refuse(ui, st, None, problem or "There is no conversation open.", "invalid_input"),
+                v.conv_confirm: gr.update(visible=False)}
+    try:
+        if ui.deps.delete_conversation:
+            ui.deps.delete_conversation(st["conv"], ident.user_id)
+        else:
+            ui.deps.store().delete_conversation(st["conv"], ident.user_id)
+    except NotFound as exc:
+        return {**refuse(ui, st, None, friendly_error(exc), "not_found"), v.conv_confirm: gr.update(visible=False)}
+    out = view_updates(ui, new_state(), ident.user_id, note="The conversation was deleted.")
+    return {**out, v.convs: conv_choices(ui, ident.user_id), v.conv_confirm: gr.update(visible=False)}
 
 
 # --------------------------------------------------------------------------- steering previews

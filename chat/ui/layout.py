@@ -43,6 +43,9 @@ CSS = """
 .feedback-sample mark { background: #ffe28a; padding: 0 2px; border-radius: 3px; }
 .level-preview p { margin: -6px 0 8px 0; color: var(--body-text-color-subdued); font-size: 0.9em; }
 #who p { margin: 0; }
+body.privacy-seen #privacy-banner { display: none; }
+#privacy-banner { padding: 6px 10px; }
+#privacy-banner p { font-size: 0.9em; margin: 0 0 4px 0; }
 #sidebar .toggle-button, #steering .toggle-button { outline-offset: 2px; }
 """
 
@@ -54,7 +57,11 @@ OPEN_DRAWERS_JS = """() => {
   const history = name('sidebar', 'Your conversations');
   name('steering', 'Steer the answer');
   if (window.innerWidth >= 1100 && history && !document.querySelector('#sidebar.open')) history.click();
+  if (localStorage.getItem('advisor-privacy-seen')) document.body.classList.add('privacy-seen');
 }"""
+
+# "Got it" on the privacy notice: remembered in this browser, so the notice shows on a first visit.
+PRIVACY_SEEN_JS = "() => { localStorage.setItem('advisor-privacy-seen', '1'); document.body.classList.add('privacy-seen'); }"
 
 
 @dataclass
@@ -62,14 +69,25 @@ class ChatView:
     """Every component of the chat tab that an event reads or writes."""
 
     state: gr.State
+    shown: gr.State  # how many conversations the list shows (grows with "Show older")
     who: gr.Markdown
     new: gr.Button
+    search: gr.Textbox
     convs: gr.Radio
+    older: gr.Button
+    rename_box: gr.Textbox
+    rename: gr.Button
+    consent: gr.Checkbox
     delete: gr.Button
     confirm_box: gr.Group
     confirm_yes: gr.Button
     confirm_no: gr.Button
+    privacy: gr.Markdown
+    privacy_ok: gr.Button
     notice: gr.Markdown
+    conv_confirm: gr.Group
+    conv_delete_yes: gr.Button
+    conv_delete_no: gr.Button
     chatbot: gr.Chatbot
     branch_bar: gr.Row
     prev: gr.Button
@@ -108,25 +126,38 @@ def new_state() -> dict:
     return {"conv": None, "leaf": None, "ids": [], "views": [], "focus": None, "rate": None}
 
 
-def build_chat_page() -> ChatView:
+PAGE_SIZE = 50  # conversations the list shows at first, and adds per "Show older"
+
+
+def build_chat_page(privacy_notice: list[str]) -> ChatView:
     """Build the chat page's components inside the caller's Blocks context."""
     state = gr.State(new_state())
+    shown = gr.State(PAGE_SIZE)
     with gr.Sidebar(position="left", open=False, elem_id="sidebar", label="Your conversations", width=300):
         sidebar = _sidebar()
     with gr.Sidebar(position="right", open=False, elem_id="steering", label="Steer the answer", width=300):
         sliders, previews = _steering()
     with gr.Column(elem_id="main"):
-        main = _conversation()
-    return ChatView(state=state, **sidebar, **main, sliders=sliders, previews=previews)
+        main = _conversation(privacy_notice)
+    return ChatView(state=state, shown=shown, **sidebar, **main, sliders=sliders, previews=previews)
 
 
 def _sidebar() -> dict:
     parts = {
         "who": gr.Markdown(elem_id="who"),
         "new": gr.Button("+ New chat", elem_id="new-chat", variant="secondary"),
+        "search": gr.Textbox(label="Search your conversations", placeholder="Words in a title or a message",
+                             elem_id="conv-search", max_lines=1),
         "convs": gr.Radio(label="Your conversations", choices=[], elem_id="conversations", interactive=True),
-        "delete": gr.Button("Delete my data", variant="stop", size="sm", elem_id="delete-data"),
+        "older": gr.Button("Show older", size="sm", visible=False, elem_id="conv-older"),
     }
+    with gr.Row(elem_id="rename-row"):
+        parts["rename_box"] = gr.Textbox(label="Rename this conversation", max_lines=1, scale=3, elem_id="rename")
+        parts["rename"] = gr.Button("Rename", size="sm", scale=1, elem_id="rename-save")
+    parts["consent"] = gr.Checkbox(label="Use my conversations to improve the advisor", value=True,
+                                   elem_id="consent", info="Personal data is replaced before any text is used.")
+    gr.Markdown("[Download my data](/api/me/export)", elem_id="download-data")
+    parts["delete"] = gr.Button("Delete my data", variant="stop", size="sm", elem_id="delete-data")
     with gr.Group(visible=False, elem_id="delete-confirm") as parts["confirm_box"]:
         gr.Markdown("**Delete all your data?** Every conversation, answer and rating of yours is "
                     "removed for good and never used for training. This cannot be undone.")
@@ -136,11 +167,20 @@ def _sidebar() -> dict:
     return parts
 
 
-def _conversation() -> dict:
-    parts = {
-        "notice": gr.Markdown(visible=False, elem_id="notice"),
+def _conversation(privacy_notice: list[str]) -> dict:
+    with gr.Group(elem_id="privacy-banner"):
+        parts = {"privacy": gr.Markdown("**Your data.** " + " ".join(privacy_notice), elem_id="privacy-text"),
+                 "privacy_ok": gr.Button("Got it", size="sm", elem_id="privacy-ok")}
+    parts["notice"] = gr.Markdown(visible=False, elem_id="notice")
+    with gr.Group(visible=False, elem_id="conv-delete-confirm") as parts["conv_confirm"]:
+        gr.Markdown("**Delete this conversation?** Its messages, answers and ratings are removed for good, "
+                    "including from any copy kept for training.")
+        with gr.Row():
+            parts["conv_delete_yes"] = gr.Button("Delete it", variant="stop", size="sm", elem_id="conv-delete-yes")
+            parts["conv_delete_no"] = gr.Button("Keep it", size="sm", elem_id="conv-delete-no")
+    parts.update({
         "chatbot": gr.Chatbot(
-            elem_id="chatbot", editable="user", sanitize_html=True, allow_tags=False,
+            elem_id="chatbot", editable="user", label="Conversation", sanitize_html=True, allow_tags=False,
             render_markdown=True, feedback_options=("Like", "Dislike"), group_consecutive_messages=False,
             buttons=["copy"], layout="bubble", show_label=False,
             placeholder=("**Ask for advice** on an everyday dilemma. Press Enter to send, Shift+Enter for a new "
@@ -148,7 +188,7 @@ def _conversation() -> dict:
                          "are at the top left."),
             examples=[{"text": e} for e in EXAMPLES],
         ),
-    }
+    })
     with gr.Row(visible=False, elem_id="branch-bar") as parts["branch_bar"]:
         parts["prev"] = gr.Button("◀", size="sm", elem_id="branch-prev", scale=0)
         parts["branch_label"] = gr.Markdown(elem_id="branch-label")

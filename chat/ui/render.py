@@ -7,6 +7,7 @@ notices written for the person chatting, never a stack trace.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from chat.backends.base import BackendError
@@ -122,3 +123,15 @@ def edited_text(value: Any) -> str:
     elif isinstance(value, dict):
         value = value.get("text", "")
     return str(value or "").replace("&lt;", "<")
+
+
+def conversation_label(title: str, updated_at: datetime, now: datetime | None = None) -> str:
+    """"Title · 14:05" today, "Title · 3 Dec" this year, "Title · 3 Dec 2025" before."""
+    now = now or datetime.now(updated_at.tzinfo)
+    if updated_at.date() == now.date():
+        when = updated_at.strftime("%H:%M")
+    elif updated_at.year == now.year:
+        when = f"{updated_at.day} {updated_at:%b}"
+    else:
+        when = f"{updated_at.day} {updated_at:%b %Y}"
+    return f"{(title or 'New conversation')[:56]} · {when}"

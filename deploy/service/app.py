@@ -158,14 +158,18 @@ def create_app(settings: Settings, *, backend: Backend | None = None, store: Sto
 def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
     import gradio as gr
 
+    from chat.notices import privacy_notice
     from chat.ui.app import build_ui
     from chat.ui.deps import UIDeps
+    from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
     from deploy.operator.screen import OperatorDeps, build_operator_page
 
     def identify(request: Any) -> Identity | None:
         if services.auth is None or request is None:
             return None
         return services.auth.from_cookies(dict(request.cookies))
+
+    privacy = services.settings.privacy
 
     def run_job(kind: str) -> str:
         job = services.jobs.run_now(kind, trigger="manual")
@@ -179,6 +183,11 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
         inflight=services.inflight,
         hooks=services.hooks(),
         max_message_chars=services.settings.server.max_message_chars,
+        privacy_notice=privacy_notice(retention_days=privacy.retention_days, training_default=privacy.training_default),
+        consent_default=privacy.training_default,
+        forget=lambda user_id: forget_everywhere(services.store, services.settings, user_id),
+        delete_conversation=lambda conv_id, user_id: delete_conversation_everywhere(
+            services.store, services.settings, conv_id, user_id),
     )
     operator = OperatorDeps(
         store=lambda: services.store,
