@@ -322,7 +322,8 @@ def model_card(info: dict) -> str:
     return f"""# SmolLM2-135M-Instruct (float32, converted from Q4_1 GGUF)
 
 The served default of Advisor: a general instruct model, steered with the `instruct` rendering
-(attribute values become plain instructions in the system message; see chat/steering.py).
+(attribute values become plain instructions after the user's message; see chat/steering.py
+and bench/steering.py for how well it follows them).
 
 ## Source
 
