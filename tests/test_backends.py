@@ -99,7 +99,9 @@ def test_steerlm_attributes_reach_the_prompt(backend):
     assert prompt.endswith("<|assistant|>\n<|attributes|>" + attrs.steerlm() + "\n")
     ids, _ = backend.encode(QUESTION, attributes=attrs, steering="instruct", max_new_tokens=10)
     prompt = backend.tokenizer.decode(ids)
-    assert prompt.startswith("<|system|>\n") and "one or two sentences" in prompt
+    # instruct: the instructions follow the question in the user turn, no system message
+    assert "<|system|>" not in prompt
+    assert prompt.index("one or two sentences") > prompt.index(QUESTION[0]["content"]) > prompt.index("<|user|>")
     assert "<|attributes|>" not in prompt
 
 
@@ -315,7 +317,8 @@ def test_openai_streams_with_steerlm_kwargs_and_adapter_by_name(chat_server):
     b.stream(QUESTION, attributes=attrs, steering="instruct", params=GREEDY).read()
     req = chat_server.requests[-1]
     assert req["model"] == "release-1" and "chat_template_kwargs" not in req
-    assert req["messages"][0]["role"] == "system"
+    assert [m["role"] for m in req["messages"]] == ["user"]
+    assert req["messages"][0]["content"].startswith(QUESTION[0]["content"] + "\n\nAnswer briefly")
 
     b.set_adapter("release-2", "/adapters/release-2")  # loaded into the server at run time
     assert chat_server.requests[-1] == {"lora_name": "release-2", "lora_path": "/adapters/release-2"}
