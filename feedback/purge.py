@@ -6,11 +6,12 @@ Design choices:
   file under the root is read by its kind, so a copy a later feature adds is covered too. The
   store's own database file is left to `Store.compact()`, model weights are left alone (an adapter
   cannot be un-trained; the registry marks releases instead), and anything unreadable is reported.
-- A row goes when it names one of the deleted ids (user, conversation, message: every row a
-  training set or export writes carries its conversation id) or contains one of the deleted
-  texts; texts shorter than `MIN_NEEDLE_CHARS` are never searched for, so "thanks" by someone
-  else stays. Parquet and JSON-lines files lose rows; other text files (reports, cards) get the
-  texts replaced by "[deleted]".
+- Rows (Parquet, JSON lines) go when one of their values is one of the deleted ids: every row a
+  training set or an export writes carries its conversation and user ids, and matching by id
+  never touches someone else's row that happens to say the same words ("Thanks, that really
+  helped!" is many people's). Free text (reports, cards, notes) has no ids: there the deleted
+  user's own distinctive messages (at least `MIN_NEEDLE_CHARS` long; never the answers, which a
+  model gives to many people) are replaced by "[deleted]".
 - Files are rewritten atomically (a temporary file, then a rename), so a crash leaves the old or
   the new copy, never half of one.
 """
@@ -22,6 +23,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,8 +54,15 @@ class _Matcher:
         self.ids = footprint.ids
         self.texts = [t for t in footprint.texts if len(t) >= MIN_NEEDLE_CHARS]
 
-    def hits(self, serialized: str) -> bool:
-        return any(i in serialized for i in self.ids) or any(t in serialized for t in self.texts)
+    def hits(self, value: Any) -> bool:
+        """Whether a row (any JSON-like value) holds a deleted id as one of its values."""
+        if isinstance(value, str):
+            return value in self.ids
+        if isinstance(value, dict):
+            return any(self.hits(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(self.hits(v) for v in value)
+        return False
 
 
 def _write_atomically(path: Path, write) -> None:
@@ -64,7 +73,7 @@ def _write_atomically(path: Path, write) -> None:
 
 def _purge_parquet(path: Path, m: _Matcher, report: PurgeReport) -> None:
     table = pq.read_table(path)
-    keep = [not m.hits(json.dumps(row, default=str, ensure_ascii=False)) for row in table.to_pylist()]
+    keep = [not m.hits(row) for row in table.to_pylist()]
     removed = keep.count(False)
     if removed:
         _write_atomically(path, lambda tmp: pq.write_table(table.filter(pa.array(keep)), tmp))
@@ -74,17 +83,17 @@ def _purge_parquet(path: Path, m: _Matcher, report: PurgeReport) -> None:
 
 def _purge_rows(path: Path, m: _Matcher, report: PurgeReport) -> None:
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    # A JSON line's text is escaped; compare against the decoded line too.
-    kept = [line for line in lines if not (m.hits(line) or m.hits(_decoded(line)))]
+    kept = [line for line in lines if not m.hits(_decoded(line))]
     if len(kept) != len(lines):
         _write_atomically(path, lambda tmp: tmp.write_text("".join(kept), encoding="utf-8"))
         report.rows_removed += len(lines) - len(kept)
         report.files_changed.append(str(path))
 
 
-def _decoded(line: str) -> str:
+def _decoded(line: str) -> Any:
+    """A JSON line's values (its text unescaped); a line that is not JSON is one text."""
     try:
-        return json.dumps(json.loads(line), ensure_ascii=False)
+        return json.loads(line)
     except ValueError:
         return line
 

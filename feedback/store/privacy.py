@@ -45,7 +45,7 @@ class Footprint:
     user_ids: set[str] = field(default_factory=set)
     conversation_ids: set[str] = field(default_factory=set)
     message_ids: set[str] = field(default_factory=set)
-    texts: set[str] = field(default_factory=set)  # distinctive message texts (≥ MIN_NEEDLE_CHARS)
+    texts: set[str] = field(default_factory=set)  # the user's distinctive messages (≥ MIN_NEEDLE_CHARS)
 
     @property
     def ids(self) -> set[str]:
@@ -57,15 +57,16 @@ class Footprint:
 
 class Privacy(Users):
     def _footprint(self, convs: str, params: Sequence) -> Footprint:
-        rows = self._read(f"SELECT c.user_id, c.id, m.id, m.content FROM conversations c "
+        rows = self._read(f"SELECT c.user_id, c.id, m.id, m.content, m.role FROM conversations c "
                           f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
         fp = Footprint()
-        for user_id, conv_id, msg_id, content in rows:
+        for user_id, conv_id, msg_id, content, role in rows:
             fp.user_ids.add(user_id)
             fp.conversation_ids.add(conv_id)
             if msg_id is not None:
                 fp.message_ids.add(msg_id)
-            if content and len(content.strip()) >= MIN_NEEDLE_CHARS:
+            # The person's own words only: a model gives the same answer to many people.
+            if role == "user" and content and len(content.strip()) >= MIN_NEEDLE_CHARS:
                 fp.texts.add(content.strip())
         return fp
 
