@@ -30,13 +30,15 @@ def list_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--jso
     """Every release with its status and the gate's summary."""
     with open_store(settings_of(ctx)) as store:
         releases = store.list_releases(limit=200)
+        forgotten = store.forgotten_users_per_release()
     if as_json:
-        print(json.dumps([r.__dict__ for r in releases], default=str))
+        print(json.dumps([{**r.__dict__, "forgotten_users": forgotten.get(r.id, 0)} for r in releases], default=str))
         return
-    table = Table("id", "status", "run", "created", "promoted", "gate")
+    table = Table("id", "status", "run", "created", "promoted", "gate", "note")
     for r in releases:
+        note = (f"trained on data of {forgotten[r.id]} user(s) since deleted" if forgotten.get(r.id) else "")
         table.add_row(r.id, r.status, r.run_id or "", f"{r.created_at:%Y-%m-%d %H:%M}",
-                      f"{r.promoted_at:%Y-%m-%d %H:%M}" if r.promoted_at else "", r.decision.get("summary", ""))
+                      f"{r.promoted_at:%Y-%m-%d %H:%M}" if r.promoted_at else "", r.decision.get("summary", ""), note)
     Console().print(table)
 
 

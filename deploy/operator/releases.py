@@ -65,11 +65,13 @@ def status_markdown(releases: list[Release], serving: dict) -> str:
     return "\n\n".join(lines)
 
 
-def choices(releases: list[Release]) -> list[tuple[str, str]]:
+def choices(releases: list[Release], forgotten: dict[str, int] | None = None) -> list[tuple[str, str]]:
     out = []
     for r in releases:
         summary = r.decision.get("summary", "")
         label = f"{r.id} · {r.status}" + (f" · {summary[:70]}" if summary else "")
+        if (forgotten or {}).get(r.id):
+            label += f" · ⚠ trained on data of {forgotten[r.id]} user(s) since deleted"
         out.append((label, r.id))
     return out
 
@@ -82,8 +84,16 @@ class ReleasesPanel:
         self.deps = deps
 
     def view(self, ctx: PanelContext) -> tuple[str, Any]:
-        releases = ctx.store().list_releases(limit=200)
-        return status_markdown(releases, self.deps.serving()), gr.update(choices=choices(releases))
+        store = ctx.store()
+        releases = store.list_releases(limit=200)
+        forgotten = store.forgotten_users_per_release()
+        text = status_markdown(releases, self.deps.serving())
+        marked = [r for r in releases if forgotten.get(r.id) and r.status in ("live", "candidate")]
+        if marked:
+            text += "\n\n" + "\n".join(
+                f"⚠️ `{r.id}` ({r.status}) was trained on data of {forgotten[r.id]} user(s) who have since asked to be "
+                "forgotten: roll it back or retire it, or start a cycle (it trains without them)." for r in marked)
+        return text, gr.update(choices=choices(releases, forgotten))
 
     def load(self, ctx: PanelContext, request: Any) -> tuple[str, Any]:
         if not ctx.is_admin(request):

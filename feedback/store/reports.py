@@ -142,10 +142,14 @@ def jobs_table(store: Store, *, limit: int = 50) -> list[dict]:
 
 
 def releases_table(store: Store, *, limit: int = 50) -> list[dict]:
+    """Releases, newest first; `forgotten_users`: how many users whose data the adapter was
+    trained on have since asked to be forgotten (weights cannot be un-trained: retire it, or run
+    a cycle, which trains without them)."""
+    forgotten = store.forgotten_users_per_release()
     return [
         {"id": r.id, "status": r.status, "base_model": r.base_model, "adapter_path": r.adapter_path,
          "run_id": r.run_id, "created_at": _iso(r.created_at), "promoted_at": _iso(r.promoted_at),
-         "retired_at": _iso(r.retired_at), "decision": r.decision}
+         "retired_at": _iso(r.retired_at), "decision": r.decision, "forgotten_users": forgotten.get(r.id, 0)}
         for r in store.list_releases(limit=limit)
     ]
 
