@@ -25,6 +25,7 @@ _STEPS = [
                     f"AND conversation_id IN ({_OWN_CONVERSATIONS})"),
     ("messages", f"DELETE FROM messages WHERE conversation_id IN ({_OWN_CONVERSATIONS})"),
     ("conversations", "DELETE FROM conversations WHERE user_id = ?"),
+    ("sessions", "DELETE FROM sessions WHERE user_id = ?"),  # every cookie of theirs stops working
     ("users", "DELETE FROM users WHERE id = ?"),
 ]
 
