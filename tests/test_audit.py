@@ -1,6 +1,6 @@
 """The operator audit log: every operator action (promote, rollback, job run, forget, export…) is
-recorded with actor, target and outcome — through the admin API and the command line (with `--url`
-and on the database directly) — and can be read back and exported."""
+recorded with actor, target and outcome — through the admin API, the command line (with `--url`
+and on the database directly) and the operator screen — and can be read back and exported."""
 
 from __future__ import annotations
 
@@ -121,3 +121,38 @@ def test_cli_through_the_service_and_on_the_database(svc, tiny_model_dir, tmp_pa
     assert entries[0]["details"]["deleted"]["messages"] == 1 and entries[3]["details"]["rows"] == 1
     table = runner.invoke(app, [*cli, "audit"])
     assert table.exit_code == 0 and "forget" in table.stdout
+
+
+def test_operator_screen_actions_are_audited_and_the_panel_shows_them(svc, tiny_model_dir, tmp_path):
+    import gradio as gr
+
+    from deploy.operator.audit import build_audit_panel
+    from deploy.operator.releases import ReleasesPanel
+    from deploy.operator.screen import PanelContext
+    from deploy.service.auth import Identity
+    from deploy.wiring import operator_panels
+
+    panels = operator_panels(svc.services)
+    releases, = [b for b in panels if isinstance(b, ReleasesPanel)]
+    admin, nobody = Identity("admin", "admin", True, "cookie"), Identity("u1", None, False, "cookie")
+    ctx = PanelContext(store=lambda: svc.store, identify=lambda request: request, denied="operators only",
+                       refresh_triggers=[])
+    live_before = svc.services.release_id
+    cand = _candidate(svc, tiny_model_dir, tmp_path, seed=23)
+    before = len(svc.store.list_audit(action="promote"))
+    assert releases.promote(ctx, cand.id, False, nobody)[0] == "operators only"
+    assert len(svc.store.list_audit(action="promote")) == before  # refused before anything was tried
+    assert releases.promote(ctx, cand.id, False, admin)[0].startswith("✅")
+    releases.rollback(ctx, admin)
+    promote, rollback = _latest(svc.store, "promote"), _latest(svc.store, "rollback")
+    assert (promote.actor, promote.target, promote.details["surface"]) == ("admin", cand.id, "operator")
+    assert (rollback.target, rollback.details["outcome"]) == (live_before, "ok")
+
+    loads = []
+    ctx = PanelContext(store=lambda: svc.store, identify=lambda request: request, denied="operators only",
+                       refresh_triggers=[lambda fn, inputs, outputs, **kw: loads.append(fn)])
+    with gr.Blocks():
+        build_audit_panel(lambda action: svc.store.list_audit(limit=50, action=action))(ctx)
+    frame = loads[0]("rollback", admin)
+    assert list(frame["action"]) and set(frame["action"]) == {"rollback"} and "operator" in set(frame["via"])
+    assert loads[0]("all actions", nobody).empty
