@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from itsdangerous import URLSafeTimedSerializer
+from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 from service_helpers import ADMIN_PASSWORD, start_service, tiny_settings
 
 from deploy.service.auth import COOKIE_NAME
@@ -183,6 +183,19 @@ def test_forged_and_old_cookies(svc):
     v1 = URLSafeTimedSerializer(secret, salt="advisor-session-v1")
     with _holding(svc, v1.dumps({"u": "old-guest", "n": None, "a": False})) as old_guest:
         assert old_guest.get("/api/me").json()["user_id"] == "old-guest"
+
+    class MintedLongAgo(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(time.time()) - days * 86400
+
+    svc.store.ensure_user("regular")  # an active guest whose v1 cookie was minted 100 days ago
+    for days, user, works in ((100, "regular", True), (366, "ancient", False)):
+        old = URLSafeTimedSerializer(secret, salt="advisor-session-v1", signer=MintedLongAgo)
+        cookie = old.dumps({"u": user, "n": None, "a": False})
+        with _holding(svc, cookie) as c:
+            assert (c.get("/api/me").json()["user_id"] == user) is works
+    regular = svc.store.list_sessions("regular")  # from now on an ordinary session, idle rule included
+    assert len(regular) == 1 and regular[0].expires_at - regular[0].created_at == timedelta(days=30)
     old_admin = v1.dumps({"u": "admin", "n": "admin", "a": True})
     with _holding(svc, old_admin) as c:
         assert c.get("/api/admin/stats").status_code == 401

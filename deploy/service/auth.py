@@ -106,6 +106,7 @@ class Auth:
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.sessions = SessionManager(settings, store, secret, clock=lambda: self.clock())
         self.throttle = LoginThrottle(settings, store, clock=lambda: self.clock())
+        _decoy_hash()  # made now, so the first unknown name does not pay for it (and show it)
 
     # ---- cookies
 

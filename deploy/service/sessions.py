@@ -24,10 +24,14 @@ after their first write (the Gradio UI checks on every event, so that is the nex
 API client may never get one, which costs only the operator's view of it). Revoking a rowless
 guest session writes a revoked row, so revocation always sticks.
 
-Cookies from before server-side sessions (salt v1: `{"u", "n", "a"}`) are read once more for
-anonymous users only, so nobody loses their conversations on upgrade: the v1 token maps to a fixed
-session id (its hash) and from there on it is an ordinary guest session. v1 cookies of named users
-and admins are refused (sign in again); all v1 cookies are dead after session_days.
+Cookies from before server-side sessions (salt v1: `{"u", "n", "a"}`, minted once and valid for a
+year) are still read for anonymous users, so an active guest does not lose their conversations on
+upgrade: the v1 token maps to a fixed session id (its hash), and once the guest has a row it lives
+by the same idle rule as any session. v1 cookies of named users and admins are refused (sign in
+again); no v1 cookie works beyond its old year.
+
+Rows are pruned (hourly) a year and a day after they expire, not sooner: a rowless guest cookie is
+valid by its age, so its row, revoked or expired, must outlive that age or it would come back.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ CACHE_TTL_S = 1.0
 CACHE_MAX = 10_000
 TOUCH_EVERY = timedelta(minutes=1)
 PRUNE_EVERY = timedelta(hours=1)
+LEGACY_MAX_AGE = timedelta(seconds=COOKIE_MAX_AGE_S)  # what a v1 cookie was valid for
+PRUNE_AFTER = LEGACY_MAX_AGE + timedelta(days=1)  # longer than any rowless cookie can live
 _SALT = "advisor-session-v2"
 _LEGACY_SALT = "advisor-session-v1"
 
@@ -78,6 +84,7 @@ class Claim:
     user_id: str
     guest: bool
     minted: datetime
+    legacy: bool = False  # a v1 cookie (before server-side sessions)
 
 
 @dataclass
@@ -134,7 +141,7 @@ class SessionManager:
         if not isinstance(data, dict) or not isinstance(data.get("u"), str) or data.get("n") or data.get("a"):
             return None  # a v1 cookie of a named user or an admin: sign in again
         token = "v1:" + hashlib.sha256(value.encode()).hexdigest()
-        return Claim(token, data["u"], True, minted.astimezone(UTC))
+        return Claim(token, data["u"], True, minted.astimezone(UTC), legacy=True)
 
     # ---- starting and resolving
 
@@ -181,14 +188,16 @@ class SessionManager:
 
     def _rowless_guest(self, claim: Claim, key: str, now: datetime,
                        user_agent: str) -> tuple[Identity, datetime] | None:
-        expires = claim.minted + self.lifetime(False)
+        expires = claim.minted + (LEGACY_MAX_AGE if claim.legacy else self.lifetime(False))
         if not claim.guest or expires <= now:
             return None  # a signed-in session always has its row; a guest's cookie has its age
         exists, forgotten = self.store.session_owner(claim.user_id)
         if forgotten:
             return None
         if exists:  # the guest has written something: their session gets its row now
-            self.store.create_session(key, claim.user_id, created_at=claim.minted, expires_at=expires, now=now,
+            created = now if claim.legacy else claim.minted  # an upgraded v1 cookie: idle rule from today
+            expires = created + self.lifetime(False)
+            self.store.create_session(key, claim.user_id, created_at=created, expires_at=expires, now=now,
                                       user_agent=user_agent)
         return Identity(claim.user_id, None, False, "cookie", claim.token), expires
 
@@ -196,7 +205,7 @@ class SessionManager:
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = now
-        self.store.prune_sessions(before=now)
+        self.store.prune_sessions(before=now - PRUNE_AFTER)
 
     # ---- ending
 
