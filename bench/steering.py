@@ -33,9 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from scipy.stats import spearmanr  # noqa: E402
-
 from _machine import cpu_model  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "steering_prompts.jsonl"
 LEVELS = range(5)

@@ -73,6 +73,17 @@ class ServerSettings:
     admin_password: str = ""
     # Largest user message accepted, in characters.
     max_message_chars: int = pydantic.Field(default=8000, ge=100, le=100_000)
+    # Sessions (server-side rows the cookie names): a guest's or named user's ends after this many
+    # days without use; an admin's this many hours after signing in, however busy.
+    session_days: float = pydantic.Field(default=30.0, gt=0, le=3650)
+    admin_session_hours: float = pydantic.Field(default=8.0, gt=0, le=720)
+    # Failed log-ins per name (known or not): after each failure the next attempt must wait
+    # login_delay_s, doubling with every further failure; login_max_failures within
+    # login_window_minutes refuse the name for login_lockout_minutes.
+    login_delay_s: float = pydantic.Field(default=1.0, ge=0, le=300)
+    login_max_failures: int = pydantic.Field(default=5, ge=1, le=1000)
+    login_window_minutes: float = pydantic.Field(default=15.0, gt=0)
+    login_lockout_minutes: float = pydantic.Field(default=15.0, gt=0)
 
 
 @dataclass

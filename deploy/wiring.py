@@ -73,12 +73,12 @@ def create_app(settings: Settings, **kwargs: Any) -> "FastAPI":
 
 def register_commands(app: "typer.Typer") -> None:
     """The `advisor` command groups, in help order."""
-    from deploy.cli import chat, core, cycle, evaluate, extract, model, release, serve, simulate, train, vllm
+    from deploy.cli import audit, chat, core, cycle, evaluate, extract, model, release, serve, simulate, train, vllm
 
     for group in (core, chat, model):
         group.register(app)
     serve.register(app, create_app=create_app)
-    for group in (extract, train, evaluate, release, cycle, vllm, simulate):
+    for group in (extract, train, evaluate, release, cycle, vllm, simulate, audit):
         group.register(app)
 
 
@@ -94,9 +94,9 @@ def register_jobs(registry: "JobRegistry") -> list[str]:
 
 def operator_panels(services: Any) -> list["PanelBuilder"]:
     """The operator screen's panels below its overview, top to bottom."""
-    from deploy.operator import cycle, feedback, releases, serving, training
+    from deploy.operator import audit, cycle, feedback, releases, serving, training
 
-    return [module.operator_panel(services) for module in (feedback, serving, releases, training, cycle)]
+    return [module.operator_panel(services) for module in (feedback, serving, releases, training, cycle, audit)]
 
 
 if __name__ == "__main__":

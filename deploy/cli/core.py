@@ -1,4 +1,8 @@
-"""`advisor config show | db stats | export | forget`: settings, the store, and the right to be forgotten."""
+"""`advisor config show | db stats | export | forget`: settings, the store, and the right to be forgotten.
+
+`export` and `forget` are written to the audit log (`deploy.audit`) with the OS user as actor;
+`forget --url` asks the running service instead, which records the admin token as actor.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,14 @@ import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
+from urllib.parse import quote
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from deploy.cli.common import err, open_store, settings_of
+from deploy.audit import audited, cli_actor
+from deploy.cli.common import call_service, err, open_store, settings_of
 from deploy.loop.privacy import forget_everywhere, training_data_rules
 from deploy.settings import masked
 from feedback.export import SharingRules, export_jsonl, export_parquet
@@ -74,7 +80,8 @@ def export(
             err.print("[red]--for-sharing writes JSON lines: use --format jsonl.[/red]")
             raise typer.Exit(2)
         sharing = SharingRules(**training_data_rules(settings))
-    with open_store(settings) as store:
+    with open_store(settings) as store, audited(store, cli_actor(), "export", fmt.value, surface="cli",
+                                                 for_sharing=for_sharing) as entry:
         if fmt is ExportFormat.parquet:
             path = out or settings.data_path / "export.parquet"
             n = export_parquet(store, path)
@@ -82,35 +89,50 @@ def export(
         elif out is None:
             from feedback.export import iter_conversation_records
 
-            n = 0
+            path, n = "stdout", 0
             for record in iter_conversation_records(store, sharing=sharing):
                 sys.stdout.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
                 n += 1
             err.print(f"exported {n:,} conversations")
         else:
-            n = export_jsonl(store, out, sharing=sharing)
+            path, n = out, export_jsonl(store, out, sharing=sharing)
             err.print(f"wrote {n:,} conversations to {out}")
+        entry.details.update(to=str(path), rows=n)
 
 
 def forget(
     ctx: typer.Context,
     user: str = typer.Argument(..., help="The user id (see `advisor export`) or user name."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    url: Optional[str] = typer.Option(None, "--url", help="Ask the running service (it holds the database)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
 ) -> None:
-    """Delete everything a user wrote and everything derived from it, every copy under the data directory."""
+    """Delete everything a user wrote and everything derived from it, every copy under the data
+    directory (their sessions end too)."""
     settings = settings_of(ctx)
-    with open_store(settings) as store:
-        named = store.get_user_by_name(user)
-        user_id = named.id if named else user
-        if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
+    copies = None
+    if url:
+        if not yes and not typer.confirm(f"Delete all data of user {user}?"):
             raise typer.Exit(1)
-        out = forget_everywhere(store, settings, user_id)
-    counts, copies = out["deleted"], out["copies"]
+        path = f"/api/admin/users/{quote(user, safe='')}/forget?confirm=true"
+        body = call_service(url, token or settings.server.admin_token, path)
+        user_id, counts, copies = body["user_id"], body["deleted"], body.get("copies")
+    else:
+        with open_store(settings) as store:
+            named = store.get_user_by_name(user)
+            user_id = named.id if named else user
+            if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
+                raise typer.Exit(1)
+            with audited(store, cli_actor(), "forget", user_id, surface="cli") as entry:
+                out = forget_everywhere(store, settings, user_id)
+                counts, copies = out["deleted"], out["copies"]
+                entry.details["deleted"] = counts
     total = sum(v for k, v in counts.items() if k != "users")
     err.print(f"deleted {total:,} rows of user {user_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    err.print(f"copies under {settings.data_path}: {copies['rows_removed']} row(s) removed and "
-              f"{copies['texts_replaced']} text(s) replaced in {copies['files_changed']} file(s)"
-              + (f"; could not read: {copies['errors']}" if copies["errors"] else ""))
+    if copies:
+        err.print(f"copies under the data directory: {copies['rows_removed']} row(s) removed and "
+                  f"{copies['texts_replaced']} text(s) replaced in {copies['files_changed']} file(s)"
+                  + (f"; could not read: {copies['errors']}" if copies["errors"] else ""))
 
 
 def register(app: typer.Typer) -> None:

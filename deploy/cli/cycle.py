@@ -5,6 +5,7 @@ then a report under `<data_dir>/reports/cycle-<id>/`. Like `advisor train`, it o
 itself, so it runs when no service holds the database; with a service running, use its "Start
 cycle" button (or `POST /api/admin/jobs/cycle/run`), which also hot-swaps the promoted adapter.
 Exit status: 0 when the cycle ran to a decision (promoted, rejected or passed), 1 when a step failed.
+A direct run is written to the audit log (`deploy.audit`), the OS user as actor.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploy.audit import audited, cli_actor
 from deploy.cli.common import settings_of
 from deploy.cli.options import with_options
 from deploy.loop.cycle import CycleConfig, report_path, run_recorded_cycle
@@ -66,7 +68,11 @@ def cycle(
         if not as_json:
             err.print(f"cycle: {config.method}, safety filter {'on' if config.safety_filter else 'OFF'}; "
                       "training waits for its run (Ctrl-C stops watching, not the run)…")
-        result = run_recorded_cycle(store, settings, config, trigger="cli")
+        with audited(store, cli_actor(), "cycle", "", surface="cli", method=config.method,
+                     safety_filter=config.safety_filter, overrides=overrides) as entry:
+            result = run_recorded_cycle(store, settings, config, trigger="cli")
+            entry.target = result.cycle_id
+            entry.details.update(status=result.status, message=result.message, release=result.release_id)
     if as_json:
         print(json.dumps(result.as_dict(), default=str))
     else:

@@ -83,6 +83,7 @@ def extract(
         start_service_job(url, token or settings.server.admin_token, "extract", {"extractor": extractor.value},
                           what="extraction", timeout=30)
         return
+    from deploy.audit import audited, cli_actor
     from deploy.cli.common import open_store
     from feedback.extract import run_extraction
 
@@ -92,8 +93,10 @@ def extract(
             def progress(r) -> None:
                 status.update(f"extracting with {extractor.value}: {r.messages:,} messages, {r.new_events:,} events")
 
-            result = run_extraction(store, ex, lock=threading.Lock(), trigger="cli", chunk_size=chunk_size,
-                                    progress=progress)
+            with audited(store, cli_actor(), "extract", extractor.value, surface="cli") as entry:
+                result = run_extraction(store, ex, lock=threading.Lock(), trigger="cli", chunk_size=chunk_size,
+                                        progress=progress)
+                entry.details.update(job_id=result.job_id, new_events=result.new_events)
     if as_json:
         print(json.dumps(result.as_dict(), default=str))
     else:

@@ -7,6 +7,9 @@ Direct mode changes the store only; the service picks the live release up when i
 `gate RUN` measures a training run's adapter against the live release (`deploy.release.evaluate`) and
 stores the decision: on the database directly (the service stopped), or with `--url` as the
 service's "gate" job. It never promotes: `promote ID` does, after reading the decision.
+
+Direct-mode promote, rollback and gate are written to the audit log (`deploy.audit`) with the OS
+user as actor; with `--url` the service records them (actor: the admin token).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploy.audit import audited, cli_actor
 from deploy.cli.common import call_service, open_store, settings_of, start_service_job
 from deploy.release.registry import ReleaseError, promote, rollback
 
@@ -66,8 +70,10 @@ def gate_cmd(
         return
     with open_store(settings) as store:
         try:
-            with err.status("Gating: answering the gate's prompts with the candidate and the live release…") as status:
+            with (err.status("Gating: answering the gate's prompts with the candidate and the live release…") as status,
+                  audited(store, cli_actor(), "gate", run_id, surface="cli") as entry):
                 outcome = gate_candidate(store, settings, run_id, progress=lambda m: status.update(f"Gating: {m}"))
+                entry.details.update(release=outcome.release_id, promote=outcome.decision.promote)
         except (ReleaseError, NotFound) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
@@ -104,7 +110,8 @@ def promote_cmd(
         return
     with open_store(settings) as store:
         try:
-            release = promote(store, None, release_id, force=force)
+            with audited(store, cli_actor(), "promote", release_id, surface="cli", force=force):
+                release = promote(store, None, release_id, force=force)
         except ReleaseError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
@@ -125,7 +132,9 @@ def rollback_cmd(
         return
     with open_store(settings) as store:
         try:
-            release = rollback(store, None)
+            with audited(store, cli_actor(), "rollback", "", surface="cli") as entry:
+                release = rollback(store, None)
+                entry.target = release.id
         except ReleaseError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None

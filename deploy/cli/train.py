@@ -8,6 +8,8 @@ progress.jsonl, then reopens it to record the outcome. Ctrl-C stops the watching
 Both `dataset build` and `train` filter the set with the harmlessness moderator
 (`deploy.loop.safety.make_safety_filter`); `--no-safety-filter` switches it off, and the dataset card
 says which filter ran and how many examples it removed.
+
+Starting and cancelling a run are written to the audit log (`deploy.audit`), the OS user as actor.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from deploy.audit import audited, cli_actor
 from deploy.cli.common import open_store, settings_of
 from deploy.cli.options import with_options
 from deploy.loop.privacy import training_data_rules
@@ -135,24 +138,31 @@ def train(
     with open_store(settings) as store:
         try:
             if cancel:
-                status = cancel_training(store, cancel)
+                with audited(store, cli_actor(), "cancel", cancel, surface="cli") as entry:
+                    status = cancel_training(store, cancel)
+                    entry.details["status"] = status.run.status
                 err.print(f"run {cancel}: {status.run.status}")
                 return
-            if resume:
-                run = resume_training(store, resume)
-            elif method is None:
+            if method is None and not resume:
                 err.print("[red]Say what to train: --method sft|kto|dpo (or --resume / --cancel RUN_ID).[/red]")
                 raise typer.Exit(2)
-            else:
-                model = resolve_base_model(settings, base_model)
-                adapter, parent, note = start_point(store, model, from_base)
-                if note:
-                    err.print(f"[yellow]{note}[/yellow]")
-                run = launch_training(store, method=method.value, runs_dir=runs_dir(settings), base_model=model,
-                                      start_adapter=adapter, parent_release_id=parent, trigger="cli",
-                                      overrides=overrides,
-                                      safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                      eval_fraction=eval_fraction, **training_data_rules(settings))
+            with audited(store, cli_actor(), "train", resume or "", surface="cli", resume=bool(resume),
+                         method=method.value if method else None, overrides=overrides,
+                         safety_filter=not no_safety_filter) as entry:
+                if resume:
+                    run = resume_training(store, resume)
+                else:
+                    model = resolve_base_model(settings, base_model)
+                    adapter, parent, note = start_point(store, model, from_base)
+                    if note:
+                        err.print(f"[yellow]{note}[/yellow]")
+                    run = launch_training(store, method=method.value, runs_dir=runs_dir(settings), base_model=model,
+                                          start_adapter=adapter, parent_release_id=parent, trigger="cli",
+                                          overrides=overrides,
+                                          safety_filter=make_safety_filter(settings, not no_safety_filter),
+                                          eval_fraction=eval_fraction, **training_data_rules(settings))
+                entry.target = run.id
+                entry.details["status"] = run.status
         except (TrainingBusy, RunError, ConfigError, DatasetError, NotFound) as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None

@@ -100,11 +100,14 @@ class ReleasesPanel:
             return "", gr.update(choices=[], value=None)
         return self.view(ctx)
 
-    def _act(self, ctx: PanelContext, fn: Callable[[], Release], done: str, request: Any) -> tuple:
+    def _act(self, ctx: PanelContext, fn: Callable[[], Release], done: str, request: Any, action: str,
+             target: str = "", **details: Any) -> tuple:
         if not ctx.is_admin(request):  # checked on every click, not only when the tab loads
             return ctx.denied, "", gr.update(choices=[], value=None)
         try:
-            message = done.format(id=fn().id)
+            with ctx.audited(request, action, target, **details) as entry:  # the audit log, with its outcome
+                entry.target = fn().id
+            message = done.format(id=entry.target)
         except Exception as exc:  # the reason, in words; the live release is unchanged
             message = f"❌ Not done: {exc}"
         return (message, *self.view(ctx))
@@ -113,10 +116,11 @@ class ReleasesPanel:
         if not release_id:
             return ("Choose a release first.", *self.load(ctx, request))
         return self._act(ctx, lambda: self.deps.promote(release_id, bool(force)),
-                         "✅ `{id}` is live: new answers use it; answers already streaming finish on theirs.", request)
+                         "✅ `{id}` is live: new answers use it; answers already streaming finish on theirs.", request,
+                         "promote", release_id, force=bool(force))
 
     def rollback(self, ctx: PanelContext, request: Any) -> tuple:
-        return self._act(ctx, self.deps.rollback, "✅ Rolled back: `{id}` is live again.", request)
+        return self._act(ctx, self.deps.rollback, "✅ Rolled back: `{id}` is live again.", request, "rollback")
 
     def __call__(self, ctx: PanelContext) -> None:
         gr.Markdown("#### Release control")

@@ -14,6 +14,8 @@ Design choices:
   called with a `PanelContext` inside the tab's Blocks context, builds its components, and
   hooks its own loader to `ctx.on_refresh` so it refreshes with the tab. `deploy.operator.panels`
   collects them from the modules in its `PANEL_MODULES`.
+- Every action a click starts (a job button, a panel's promote or roll back) goes through
+  `PanelContext.audited`, so the audit log names the signed-in admin and the outcome.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from deploy.audit import actor_of, audited
 from feedback.store import Store
 from feedback.store.reports import (
     counts_over_time,
@@ -51,6 +54,10 @@ class PanelContext:
     def is_admin(self, request: Any) -> bool:
         ident = self.identify(request)
         return ident is not None and bool(ident.is_admin)
+
+    def audited(self, request: Any, action: str, target: str = "", **details: Any):
+        """`deploy.audit.audited` for a click on this screen: the signed-in admin is the actor."""
+        return audited(self.store(), actor_of(self.identify(request)), action, target, surface="operator", **details)
 
     def on_refresh(self, fn: Callable, outputs: list[Any], inputs: list[Any] | None = None) -> None:
         """Run `fn(*inputs, request)` whenever the tab refreshes (page load, Refresh, bucket change).
@@ -187,7 +194,8 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[d
             if i >= len(kinds):
                 return "That action is no longer available; press Refresh."
             try:
-                return deps.run_job(kinds[i])
+                with audited(deps.store(), actor_of(ident), "job", kinds[i], surface="operator"):
+                    return deps.run_job(kinds[i])
             except Exception as exc:  # show the reason, keep the tab alive
                 return f"Could not start {kinds[i]}: {exc}"
 

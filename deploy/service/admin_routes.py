@@ -5,6 +5,9 @@
   POST   /api/admin/release/refresh                re-read the live release, hot-swap its adapter
   POST   /api/admin/releases/{id}/promote[?force=] make a release live (hot swap; in-flight answers keep theirs)
   POST   /api/admin/releases/rollback              make the previous live release live again
+
+Every action here is written to the audit log (`deploy.audit.audited`) with the caller as actor;
+the log itself and forgetting a user: `audit_routes`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
+from deploy.audit import actor_of, audited
+from deploy.service.auth import Identity
 from deploy.service.deps import admin, services_of
 from deploy.service.errors import ApiError
 from deploy.service.state import Services
@@ -59,9 +64,13 @@ class JobParams(BaseModel):
 
 
 @router.post("/jobs/{kind}/run", status_code=202)
-def admin_run_job(kind: str, body: JobParams | None = None, services: Services = Depends(services_of)) -> dict:
+def admin_run_job(kind: str, body: JobParams | None = None, ident: Identity = Depends(admin),
+                  services: Services = Depends(services_of)) -> dict:
+    params = body.params if body else None
     try:
-        job = services.jobs.run_now(kind, trigger="api", params=body.params if body else None)
+        with audited(services.store, actor_of(ident), "job", kind, surface="api", params=params or {}) as entry:
+            job = services.jobs.run_now(kind, trigger="api", params=params)
+            entry.details["job_id"] = job.id
     except KeyError as exc:
         raise ApiError(404, str(exc.args[0]), code="not_found") from None
     return {"job_id": job.id, "kind": job.kind, "status": job.status}
@@ -76,38 +85,44 @@ class PromoteIn(BaseModel):
     force: bool = Field(default=False, description="Promote even a release the gate rejected.")
 
 
-def _release_swap(fn, *args, **kwargs) -> dict:
+def _release_swap(services: Services, ident: Identity, action: str, target: str, swap, **details) -> dict:
     from deploy.release.registry import ReleaseError
 
     try:
-        release = fn(*args, **kwargs)
+        with audited(services.store, actor_of(ident), action, target, surface="api", **details) as entry:
+            release = swap()
+            entry.target = entry.target or release.id
     except ReleaseError as exc:  # refused (rejected by the gate, other base model, nothing to roll back to)
         raise ApiError(409, str(exc), code="release_refused") from None
-    services = args[0]
     return {"id": release.id, "status": release.status, "serving": services.release_id,
             "warning": services.release_warning}
 
 
 @router.post("/releases/{release_id}/promote")
 def admin_promote_release(release_id: str, force: bool = Query(False), body: PromoteIn | None = None,
-                          services: Services = Depends(services_of)) -> dict:
+                          ident: Identity = Depends(admin), services: Services = Depends(services_of)) -> dict:
     """Make a release live in this service: new answers use it, answers in flight finish on theirs."""
     from deploy.release.registry import promote_in_service
 
-    return _release_swap(promote_in_service, services, release_id, force=force or bool(body and body.force))
+    force = force or bool(body and body.force)
+    return _release_swap(services, ident, "promote", release_id,
+                         lambda: promote_in_service(services, release_id, force=force), force=force)
 
 
 @router.post("/releases/rollback")
-def admin_rollback_release(services: Services = Depends(services_of)) -> dict:
+def admin_rollback_release(ident: Identity = Depends(admin), services: Services = Depends(services_of)) -> dict:
     """Make the previously live release live again, hot-swapped like a promotion."""
     from deploy.release.registry import rollback_in_service
 
-    return _release_swap(rollback_in_service, services)
+    return _release_swap(services, ident, "rollback", "", lambda: rollback_in_service(services),
+                         rolled_back_from=services.release_id)
 
 
 @router.post("/release/refresh")
-def admin_refresh_release(services: Services = Depends(services_of)) -> dict:
-    return {"serving": services.refresh_release(), "warning": services.release_warning}
+def admin_refresh_release(ident: Identity = Depends(admin), services: Services = Depends(services_of)) -> dict:
+    with audited(services.store, actor_of(ident), "refresh", services.release_id or "", surface="api") as entry:
+        entry.target = services.refresh_release() or ""
+    return {"serving": services.release_id, "warning": services.release_warning}
 
 
 @router.get("/timeseries")

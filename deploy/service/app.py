@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from chat.backends import Backend, BackendError
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
-from deploy.service import admin_routes, chat_routes, openai_routes, pages
+from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages
 from deploy.service.auth import Auth, Identity, session_secret
 from deploy.service.errors import install_error_handlers
 from deploy.service.identity import IdentityMiddleware
@@ -127,7 +127,8 @@ def create_app(settings: Settings, *, backend: Backend | None = None, store: Sto
     app.add_middleware(IdentityMiddleware, services=services)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts every response
     install_error_handlers(app)
-    for routes in (chat_routes.router, admin_routes.router, pages.router):
+    for routes in (chat_routes.router, account_routes.router, admin_routes.router, audit_routes.router,
+                   pages.router):
         app.include_router(routes)
     openai_routes.install(app)
 
@@ -168,7 +169,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
     def identify(request: Any) -> Identity | None:
         if services.auth is None or request is None:
             return None
-        return services.auth.from_cookies(dict(request.cookies))
+        return services.auth.from_cookies(dict(request.cookies), request.headers.get("user-agent") or "")
 
     privacy = services.settings.privacy
 

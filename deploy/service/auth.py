@@ -2,20 +2,25 @@
 
 Design choices:
 - Anonymous by default. Every browser gets a signed (itsdangerous), HTTP-only, SameSite=Lax
-  session cookie naming a random user id; the user row is created lazily on the first write, so
-  a visit that never chats stores nothing. The cookie carries only the id, a name and an admin
-  flag; the signature is what makes it trustworthy, so the secret must stay stable across
-  restarts (settings `server.session_secret`, else a random one kept in the data directory).
+  session cookie for a random guest user id; the user row is created lazily on the first write,
+  so a visit that never chats stores nothing. The secret must stay stable across restarts
+  (settings `server.session_secret`, else a random one kept in the data directory).
+- The cookie names a server-side session (`deploy.service.sessions`: rows, expiry, the
+  one-second cache, guests' lazy rows). Signing out revokes it; "sign out everywhere" revokes all
+  of the user's; a password change revokes all but the current one; forgetting deletes them.
 - The UI and the API resolve identity from the SAME cookie with the SAME function
-  (`Auth.from_cookies`), so a browser tab and a `fetch('/api/...')` from it are one user.
+  (`Auth.from_cookies`), so a browser tab and a `fetch('/api/...')` from it are one user, and a
+  revoked or forged cookie is refused by both.
 - Bearer tokens: the admin token makes the caller the admin. Any other bearer value is treated
   as an API key naming a pseudonymous API user (`key-` + keyed hash of the value): no key
   registry to run, different keys are isolated from each other, one key always reaches its own
-  conversations. This is what the OpenAI client sends (`api_key=`). A bearer wins over a cookie.
-- Named users (optional): password hashed with scrypt (stdlib), verified in constant time.
-  The operator may also log in as `server.admin_user` / `server.admin_password`.
-- A user who deleted their data is never resurrected: a cookie naming a forgotten id is treated
-  as absent and a fresh anonymous id is minted.
+  conversations. This is what the OpenAI client sends (`api_key=`). A bearer wins over a cookie,
+  and bearers have no session: they stay valid as long as the token does.
+- Named users (optional): password hashed with scrypt (stdlib), verified in constant time, log-ins
+  throttled per name (`deploy.service.throttle`). The operator may also log in as
+  `server.admin_user` / `server.admin_password`.
+- A user who deleted their data is never resurrected: their sessions are deleted with them, and a
+  guest cookie naming a forgotten id is refused, so a fresh anonymous id is minted.
 """
 
 from __future__ import annotations
@@ -24,31 +29,22 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
-
+from deploy.service.sessions import COOKIE_MAX_AGE_S, Identity, SessionManager, row_id
+from deploy.service.throttle import AuthError, LoginThrottle, LoginThrottled
 from deploy.settings import ServerSettings
 from feedback.store import InvalidInput, Store
 
 COOKIE_NAME = "advisor_session"
-COOKIE_MAX_AGE_S = 365 * 24 * 3600
-_SALT = "advisor-session-v1"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+MIN_PASSWORD_CHARS = 8
 
-
-class AuthError(Exception):
-    """Login or registration failed; the message can be shown to the user."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    user_id: str
-    name: str | None = None
-    is_admin: bool = False
-    via: str = "cookie"  # cookie | new | admin-token | api-key
+__all__ = ["COOKIE_MAX_AGE_S", "COOKIE_NAME", "Auth", "AuthError", "Identity", "LoginThrottled", "hash_password",
+           "session_secret", "verify_password"]
 
 # --------------------------------------------------------------------------- passwords
 
@@ -75,6 +71,12 @@ def verify_password(password: str, stored: str | None) -> bool:
     return hmac.compare_digest(got, base64.b64decode(digest))
 
 
+@cache
+def _decoy_hash() -> str:
+    # Checked against when the name is unknown, so an unknown name costs the same scrypt as a known one.
+    return hash_password(secrets.token_hex(16))
+
+
 def session_secret(settings: ServerSettings, data_dir: Path) -> str:
     """The configured secret, else one made once and kept (0600) in the data directory so that
     sessions survive restarts."""
@@ -94,36 +96,35 @@ def session_secret(settings: ServerSettings, data_dir: Path) -> str:
 
 
 class Auth:
-    """Resolves an `Identity` from cookies and headers; mints and signs session cookies."""
+    """Resolves an `Identity` from cookies and headers; signs users in and out. `clock` (an aware
+    UTC datetime) is what sessions and the log-in throttle measure time with; tests move it."""
 
     def __init__(self, settings: ServerSettings, store: Store, secret: str):
         self.settings = settings
         self.store = store
         self._secret = secret
-        self._serializer = URLSafeTimedSerializer(secret, salt=_SALT)
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.sessions = SessionManager(settings, store, secret, clock=lambda: self.clock())
+        self.throttle = LoginThrottle(settings, store, clock=lambda: self.clock())
+        _decoy_hash()  # made now, so the first unknown name does not pay for it (and show it)
 
     # ---- cookies
 
     def sign(self, identity: Identity) -> str:
-        return self._serializer.dumps({"u": identity.user_id, "n": identity.name, "a": identity.is_admin})
+        """The cookie value for an identity that carries a session (a new guest, a sign-in)."""
+        return self.sessions.cookie(identity)
+
+    def max_age_s(self, identity: Identity) -> int:
+        return self.sessions.max_age_s(identity)
 
     def new_anonymous(self) -> Identity:
-        return Identity(user_id=secrets.token_hex(16), via="new")
+        """A new guest: nothing is written until they write (see `deploy.service.sessions`)."""
+        return Identity(user_id=secrets.token_hex(16), via="new", session=secrets.token_urlsafe(24))
 
-    def from_cookies(self, cookies: Mapping[str, str]) -> Identity | None:
-        """The identity a signed session cookie names, or None (absent, tampered, expired, forgotten)."""
+    def from_cookies(self, cookies: Mapping[str, str], user_agent: str = "") -> Identity | None:
+        """The identity a session cookie stands for, or None (absent, forged, revoked, expired, forgotten)."""
         token = cookies.get(COOKIE_NAME) if cookies else None
-        if not token:
-            return None
-        try:
-            data = self._serializer.loads(token, max_age=COOKIE_MAX_AGE_S)
-        except BadSignature:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("u"), str):
-            return None
-        if self.store.is_forgotten(data["u"]):
-            return None
-        return Identity(user_id=data["u"], name=data.get("n"), is_admin=bool(data.get("a")), via="cookie")
+        return self.sessions.resolve(token, user_agent) if token else None
 
     # ---- bearer tokens
 
@@ -145,29 +146,76 @@ class Auth:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return self.from_bearer(token.strip())
-        return self.from_cookies(cookies)
+        return self.from_cookies(cookies, headers.get("user-agent") or "")
 
-    # ---- named users
+    # ---- signing in and out
 
-    def register(self, name: str, password: str) -> Identity:
-        if len(password or "") < 8:
-            raise AuthError("Choose a password of at least 8 characters.")
+    def register(self, name: str, password: str, user_agent: str = "") -> Identity:
+        """Create a named user and start their session."""
+        if len(password or "") < MIN_PASSWORD_CHARS:
+            raise AuthError(f"Choose a password of at least {MIN_PASSWORD_CHARS} characters.")
         if name.strip() == (self.settings.admin_user or "").strip():
             raise AuthError("That user name is reserved.")
         try:
             user = self.store.create_user(name, password_hash=hash_password(password))
         except InvalidInput as exc:
             raise AuthError(str(exc)) from None
-        return Identity(user_id=user.id, name=user.name, is_admin=user.is_admin, via="cookie")
+        return self.sessions.start(Identity(user_id=user.id, name=user.name, is_admin=user.is_admin), user_agent)
 
-    def login(self, name: str, password: str) -> Identity:
+    def login(self, name: str, password: str, user_agent: str = "") -> Identity:
+        """Check a name and password (throttled per name) and start a session; `AuthError` (or
+        its `LoginThrottled`) says why not, the same way for every name."""
         name = (name or "").strip()
+        with self.throttle.attempt(name):
+            ident = self._check_password(name, password or "")
+        return self.sessions.start(ident, user_agent)
+
+    def _check_password(self, name: str, password: str) -> Identity:
         s = self.settings
         if s.admin_password and name == s.admin_user:
             if hmac.compare_digest(password.encode(), s.admin_password.encode()):
-                return Identity(user_id="admin", name=name, is_admin=True, via="cookie")
+                return Identity(user_id="admin", name=name, is_admin=True)
             raise AuthError("Wrong user name or password.")
         user = self.store.get_user_by_name(name) if name else None
-        if user is None or not verify_password(password, user.password_hash):
+        stored = user.password_hash if user is not None else None
+        if not verify_password(password, stored or _decoy_hash()) or user is None or not stored:
             raise AuthError("Wrong user name or password.")
-        return Identity(user_id=user.id, name=user.name, is_admin=user.is_admin, via="cookie")
+        return Identity(user_id=user.id, name=user.name, is_admin=user.is_admin)
+
+    def admin_by_token(self, token: str, user_agent: str = "") -> Identity:
+        """The sign-in page's "admin token" field: an admin session (the token itself stays a bearer)."""
+        if not self.is_admin_token(token):
+            raise AuthError("That admin token is not valid.")
+        return self.sessions.start(Identity(user_id="admin", name=self.settings.admin_user or "admin",
+                                            is_admin=True), user_agent)
+
+    def logout(self, identity: Identity, *, everywhere: bool = False) -> int:
+        """End this session (and with `everywhere`, every session of the user); returns how many
+        other sessions ended. Bearer callers have no session: nothing to end."""
+        if identity.via in ("admin-token", "api-key", "new"):  # "new": a guest minted by this very request
+            return 0
+        self.sessions.end(identity)
+        return self.sessions.end_all(identity.user_id) if everywhere else 0
+
+    def change_password(self, identity: Identity, old: str, new: str) -> int:
+        """Set a new password after checking the old one (throttled like a log-in); every other
+        session of the user ends, this one stays. Returns how many ended."""
+        if identity.via in ("admin-token", "api-key") or not identity.session or identity.name is None:
+            raise AuthError("Sign in with your user name and password to change the password.")
+        if identity.user_id == "admin":
+            raise AuthError("The operator's password is a setting (server.admin_password); change it there.")
+        if len(new or "") < MIN_PASSWORD_CHARS:
+            raise AuthError(f"Choose a password of at least {MIN_PASSWORD_CHARS} characters.")
+        with self.throttle.attempt(identity.name):
+            try:
+                self._check_password(identity.name, old or "")
+            except AuthError:
+                raise AuthError("The current password is not right.") from None
+        n = self.store.change_password(identity.user_id, hash_password(new), now=self.clock(),
+                                       keep=row_id(identity.session))
+        self.sessions.drop_user(identity.user_id, keep=identity)
+        return n
+
+    def forgotten(self, user_id: str) -> None:
+        """A user was just forgotten (their rows are gone): drop what this process cached."""
+        self.sessions.drop_user(user_id)

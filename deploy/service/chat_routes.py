@@ -2,7 +2,6 @@
 
 Routes (all JSON; errors are `{"error": {"message", "type", "code", "param"}}`):
   GET    /api/me                                  who am I (anonymous or named; admin?)
-  POST   /api/signup | /api/login | /api/logout   named users (password), admin login
   DELETE /api/me?confirm=true                      delete my data (everything), new session
   GET    /api/feedback/reasons                     the fixed like/dislike reason chips
   GET    /api/conversations                        my conversations, newest first
@@ -14,6 +13,8 @@ Routes (all JSON; errors are `{"error": {"message", "type", "code", "param"}}`):
   POST   /api/messages/{id}/edit                   a rewritten question (a sibling) and its answer
   POST   /api/messages/{id}/rating                 like / dislike with reasons and a comment
   POST   /api/messages/{id}/choose                 keep this sibling
+
+Signing up, in and out, and changing a password: `account_routes`.
 
 Design choices:
 - Handlers are thin: validation and logging live in `chat.turns`, ownership in the store
@@ -32,14 +33,13 @@ from fastapi.responses import JSONResponse
 from chat import turns
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, thread_view
 from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
-from deploy.service.auth import AuthError, Identity
+from deploy.service.auth import Identity
 from deploy.service.deps import me, services_of
 from deploy.service.errors import ApiError, as_api_error
-from deploy.service.identity import adopt_guest_data, identity_of, set_session
+from deploy.service.identity import set_session
 from deploy.service.shapes import (
     AskIn,
     ConversationIn,
-    Credentials,
     EditIn,
     MeIn,
     NewAskIn,
@@ -99,39 +99,11 @@ def delete_me(request: Request, confirm: bool = Query(False), ident: Identity = 
                        code="invalid_input")
     services.inflight.cancel(ident.user_id)
     out = forget_everywhere(services.store, services.settings, ident.user_id)
+    services.auth.forgotten(ident.user_id)  # their sessions are deleted: stop this process's cache too
     fresh = services.auth.new_anonymous()
     response = JSONResponse({"deleted": out["deleted"], "copies": out["copies"], "new_session": me_dict(fresh)})
     if ident.via != "api-key":  # a key-derived user cannot be re-keyed by us; the caller needs a new key
         set_session(response, services.auth, fresh, request)
-    return response
-
-
-def _signed_in(sign_in, body: Credentials, request: Request, services: Services, status: int, code: str):
-    try:
-        ident = sign_in(body.name, body.password)
-    except AuthError as exc:
-        raise ApiError(status, str(exc), code=code) from None
-    adopt_guest_data(services, identity_of(request), ident)
-    response = JSONResponse(me_dict(ident))
-    set_session(response, services.auth, ident, request)
-    return response
-
-
-@router.post("/signup")
-def signup(body: Credentials, request: Request, services: Services = Depends(services_of)):
-    return _signed_in(services.auth.register, body, request, services, 400, "signup_failed")
-
-
-@router.post("/login")
-def login(body: Credentials, request: Request, services: Services = Depends(services_of)):
-    return _signed_in(services.auth.login, body, request, services, 401, "login_failed")
-
-
-@router.post("/logout")
-def logout(request: Request, services: Services = Depends(services_of)):
-    fresh = services.auth.new_anonymous()
-    response = JSONResponse(me_dict(fresh))
-    set_session(response, services.auth, fresh, request)
     return response
 
 

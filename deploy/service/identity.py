@@ -1,9 +1,10 @@
 """Who is calling: `IdentityMiddleware` resolves it once per request, and session cookies.
 
 Identity is resolved by `IdentityMiddleware` (pure ASGI, so streamed answers pass untouched): a
-bearer token, else the signed session cookie, else a new anonymous id whose cookie is set on the
-response. The Gradio UI resolves the same cookie with the same `Auth.from_cookies`, so a browser is
-one user across UI and API.
+bearer token, else the signed session cookie (checked against its server-side session), else a new
+anonymous id whose cookie is set on the response. The Gradio UI resolves the same cookie with the
+same `Auth.from_cookies`, so a browser is one user across UI and API, and a revoked session ends
+in both.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from deploy.service.auth import COOKIE_MAX_AGE_S, COOKIE_NAME, Auth, Identity
+from deploy.service.auth import COOKIE_NAME, Auth, Identity
 from deploy.service.state import Services
 
 # Largest request body accepted by /api and /v1 (a message is at most max_message_chars; this
 # only stops abuse before JSON parsing).
 MAX_BODY_BYTES = 1_000_000
+_COOKIE_PREFIX = f"{COOKIE_NAME}=".encode()
 
 
 class IdentityMiddleware:
@@ -48,7 +50,10 @@ class IdentityMiddleware:
         async def send_wrapper(message: Message) -> None:
             if fresh and message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                headers.append((b"set-cookie", cookie_header(self.services.auth, identity, scope).encode()))
+                # A route that set the session itself (a sign-in as the first request) wins: the
+                # browser keeps the last cookie of a name, so ours must not come after it.
+                if not any(k.lower() == b"set-cookie" and v.startswith(_COOKIE_PREFIX) for k, v in headers):
+                    headers.append((b"set-cookie", cookie_header(self.services.auth, identity, scope).encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -64,14 +69,18 @@ def _declared_length(request: Request) -> int:
 
 def cookie_header(auth: Auth, identity: Identity, scope: Scope | None = None) -> str:
     """A Set-Cookie value: HTTP-only (no script can read it), SameSite=Lax (no cross-site POSTs),
-    Secure when the request came over HTTPS."""
+    Secure when the request came over HTTPS; an admin's lives only as long as its session."""
     secure = "; Secure" if scope is not None and scope.get("scheme") == "https" else ""
-    return (f"{COOKIE_NAME}={auth.sign(identity)}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
+    return (f"{COOKIE_NAME}={auth.sign(identity)}; Path=/; Max-Age={auth.max_age_s(identity)}; HttpOnly; "
             f"SameSite=Lax{secure}")
 
 
 def set_session(response: Response, auth: Auth, identity: Identity, request: Request) -> None:
     response.headers.append("set-cookie", cookie_header(auth, identity, request.scope))
+
+
+def user_agent(request: Request) -> str:
+    return request.headers.get("user-agent") or ""
 
 
 def identity_of(request: Request) -> Identity:

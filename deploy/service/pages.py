@@ -1,13 +1,21 @@
-"""The sign-in and sign-out pages (plain HTML forms; the chat UI links to them)."""
+"""The sign-in and sign-out pages (plain HTML forms; the chat UI links to them).
+
+`GET /signout` ends this browser's session; the sign-in page's "Sign out everywhere" button posts
+to `POST /signout` with `everywhere=1`, which ends every session of the account (a POST, so a
+cross-site page cannot trigger it: the cookie is SameSite=Lax). A throttled sign-in answers 429
+with the throttle's sentence (`deploy.service.throttle`).
+"""
 
 from __future__ import annotations
+
+from html import escape
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from chat.notices import privacy_notice
-from deploy.service.auth import AuthError, Identity
-from deploy.service.identity import adopt_guest_data, identity_of, set_session
+from deploy.service.auth import AuthError, LoginThrottled
+from deploy.service.identity import adopt_guest_data, identity_of, set_session, user_agent
 from deploy.service.state import Services
 
 router = APIRouter(include_in_schema=False)
@@ -26,6 +34,9 @@ fieldset{{border:1px solid #ddd;border-radius:8px;margin:1rem 0;padding:0 1rem 1
 <p class="muted">Operators: sign in as the admin user, or paste the admin token below.</p>
 <label for="token">Admin token (optional)</label><input id="token" name="token" type="password">
 <button type="submit">Continue</button></fieldset></form>
+<form method="post" action="/signout"><input type="hidden" name="everywhere" value="1">
+<button type="submit" id="signout-everywhere">Sign out everywhere</button>
+<span class="muted">ends every session of your account, on every device, this one included</span></form>
 <p class="muted"><a href="/">Back to the chat</a> — you can also chat without an account; what you did as a
 guest moves to the account you sign in to.</p>
 <section aria-labelledby="privacy"><h2 id="privacy" style="font-size:1.05rem">Your data</h2>{privacy}</section>
@@ -49,20 +60,18 @@ def signin_page(request: Request) -> HTMLResponse:
 def signin_submit(request: Request, name: str = Form(""), password: str = Form(""), token: str = Form(""),
                   create: str = Form("")):
     services: Services = request.app.state.services
+    agent = user_agent(request)
     try:
         if token.strip():
-            if not services.auth.is_admin_token(token.strip()):
-                raise AuthError("That admin token is not valid.")
-            ident = services.auth.from_bearer(token.strip())
-            ident = Identity(user_id=ident.user_id, name=ident.name, is_admin=True, via="cookie")
+            ident = services.auth.admin_by_token(token.strip(), agent)
         elif create:
-            ident = services.auth.register(name, password)
+            ident = services.auth.register(name, password, agent)
         else:
-            ident = services.auth.login(name, password)
+            ident = services.auth.login(name, password, agent)
     except AuthError as exc:
-        from html import escape
-
-        return HTMLResponse(_page(services, f'<p class="err" role="alert">{escape(str(exc))}</p>'), status_code=401)
+        status, headers = (429, {"Retry-After": str(exc.retry_after_s)}) if isinstance(exc, LoginThrottled) else (401, None)
+        return HTMLResponse(_page(services, f'<p class="err" role="alert">{escape(str(exc))}</p>'),
+                            status_code=status, headers=headers)
     if not ident.is_admin:
         adopt_guest_data(services, identity_of(request), ident)
     response = RedirectResponse("/", status_code=303)
@@ -70,9 +79,19 @@ def signin_submit(request: Request, name: str = Form(""), password: str = Form("
     return response
 
 
-@router.get("/signout")
-def signout(request: Request):
+def _signed_out(request: Request, everywhere: bool) -> RedirectResponse:
     services: Services = request.app.state.services
+    services.auth.logout(identity_of(request), everywhere=everywhere)
     response = RedirectResponse("/", status_code=303)
     set_session(response, services.auth, services.auth.new_anonymous(), request)
     return response
+
+
+@router.get("/signout")
+def signout(request: Request):
+    return _signed_out(request, everywhere=False)
+
+
+@router.post("/signout")
+def signout_post(request: Request, everywhere: str = Form("")):
+    return _signed_out(request, everywhere=bool(everywhere))

@@ -12,7 +12,8 @@ Layout:
 - `records`: the frozen records, the errors, `clean_text` and `new_id`.
 - One module per aggregate, each a mixin of `Store`: `users`, `conversations` (and messages),
   `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
-  `evaluations`, `releases`, `privacy` (forgetting a user).
+  `evaluations`, `releases`, `privacy` (forgetting a user), `sessions` (server-side sessions and
+  log-in attempts), `audit` (the operator audit log).
 - Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
   (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
   DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL (issue 17).
@@ -29,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from feedback.store import reports
+from feedback.store.audit import Audit, AuditEntry
 from feedback.store.evaluations import Evaluations
 from feedback.store.events import Events
 from feedback.store.jobs import Jobs
@@ -55,9 +57,10 @@ from feedback.store.records import (
 )
 from feedback.store.releases import Releases
 from feedback.store.runs import Runs
+from feedback.store.sessions import Session, Sessions
 
 
-class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases):
+class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit):
     """Typed read/write API over one DuckDB file. Safe for many threads of one process."""
 
     def stats(self) -> dict[str, Any]:
@@ -66,7 +69,7 @@ class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases):
 
 
 __all__ = [
-    "MAX_MESSAGE_CHARS", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
-    "MessageNode", "NotFound", "Rating", "Release", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
+    "MAX_MESSAGE_CHARS", "AuditEntry", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
+    "MessageNode", "NotFound", "Rating", "Release", "Session", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
     "clean_text", "new_id",
 ]

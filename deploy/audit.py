@@ -1,0 +1,89 @@
+"""The operator audit log's one way in: every surface that lets an operator act — the admin API,
+the command line, the operator screen — wraps the action in `audited(...)`, so each records the
+same words and none can forget the outcome.
+
+Vocabulary (the `action` column; `target` in brackets):
+- promote [release id] (details: force), rollback [the release now live], refresh [release]
+- job [job kind] — a job started by an operator (API, screen button; details: job_id, params)
+- gate [run id], train [run id], cancel [run id], cycle, extract — the CLI's direct runs
+  (through `--url` they go via the API and are recorded there as `job`)
+- forget [user id] (details: rows deleted per table), export [format] (details: where, how many)
+Actors: the signed-in admin's user id ("admin" for `server.admin_user`), "admin-token" for the
+bearer token, "cli:<os user>" for a command run on the database directly. `details.surface` says
+which surface it came through (api | operator | cli).
+
+Design choices:
+- Outcome is recorded, not only success: `details.outcome` is "ok", "refused" (the action said no:
+  rejected by the gate, nothing to roll back to, unknown id) or "failed" (an error), with
+  `details.error`. An operator trying to force something is worth knowing about too.
+- A failure to write the audit row is logged loudly but does not undo or fail the action, which
+  has already happened: turning a done promotion into an error would mislead more than help.
+- Runtime settings: none of the loop's settings can be changed while the service runs (they are
+  read at start), so there is nothing of that kind to record yet.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from feedback.store import InvalidInput, NotFound, Store, StoreError
+
+log = logging.getLogger("advisor.audit")
+
+ACTIONS = ("promote", "rollback", "refresh", "job", "gate", "train", "cancel", "cycle", "extract", "forget",
+           "export")
+
+
+@dataclass
+class Pending:
+    """The entry being written: a surface may fill in the target or details once it knows them
+    (a new run's id, how many rows went)."""
+
+    target: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def actor_of(identity: Any) -> str:
+    """The audit actor for a service caller (`deploy.service.auth.Identity`)."""
+    if getattr(identity, "via", None) == "admin-token":
+        return "admin-token"
+    return str(getattr(identity, "user_id", None) or "unknown")
+
+
+def cli_actor() -> str:
+    """The audit actor for a command run on the database directly: the OS user running it."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "cli"
+
+
+def _outcome(exc: BaseException) -> str:
+    return "refused" if isinstance(exc, (InvalidInput, NotFound, LookupError)) else "failed"
+
+
+@contextmanager
+def audited(store: Store, actor: str, action: str, target: str = "", *, surface: str,
+            **details: Any) -> Iterator[Pending]:
+    """Run an operator action and record it with its outcome; the action's exception passes through."""
+    pending = Pending(target=target, details={"surface": surface, **details})
+    try:
+        yield pending
+    except Exception as exc:
+        record(store, actor, action, pending.target,
+               {**pending.details, "outcome": _outcome(exc), "error": str(exc)[:500]})
+        raise
+    record(store, actor, action, pending.target, {**pending.details, "outcome": "ok"})
+
+
+def record(store: Store, actor: str, action: str, target: str, details: dict[str, Any]) -> None:
+    """Append one entry; never raises (see the module docstring)."""
+    try:
+        store.audit(actor, action, target, details)
+    except (StoreError, OSError, ValueError, TypeError):
+        log.exception("could not write the audit entry %s %s %s %s", actor, action, target, details)
