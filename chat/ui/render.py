@@ -111,7 +111,8 @@ def level_line(name: str, value: Any) -> str:
 def who_line(ident: Any) -> str:
     if getattr(ident, "name", None):
         role = " · [Operator screen](/operator)" if ident.is_admin else ""
-        return f"Signed in as **{ident.name.replace('<', '&lt;')}**{role} · [Sign out](/signout)"
+        return (f"Signed in as **{ident.name.replace('<', '&lt;')}**{role} · [Sign out](/signout) · "
+                "[Sign out everywhere](/signin)")
     return "Chatting as a guest · [Sign in](/signin)"
 
 

@@ -163,7 +163,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
     from chat.ui.app import build_ui
     from chat.ui.deps import UIDeps
     from chat.ui.layout import theme as ui_theme
-    from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
+    from deploy.loop.privacy import delete_conversation_everywhere
     from deploy.operator.screen import OperatorDeps, build_operator_page
 
     def identify(request: Any) -> Identity | None:
@@ -187,7 +187,7 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
         max_message_chars=services.settings.server.max_message_chars,
         privacy_notice=privacy_notice(retention_days=privacy.retention_days, training_default=privacy.training_default),
         consent_default=privacy.training_default,
-        forget=lambda user_id: forget_everywhere(services.store, services.settings, user_id),
+        forget=lambda user_id: _forget(services, user_id),
         delete_conversation=lambda conv_id, user_id: delete_conversation_everywhere(
             services.store, services.settings, conv_id, user_id),
     )
@@ -205,6 +205,15 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
               "theme": ui_theme(), "max_file_size": "1mb"}
     gr.mount_gradio_app(app, build_operator_page(operator, identify), path="/operator", **common)
     gr.mount_gradio_app(app, build_ui(deps), path="/", **common)
+
+
+def _forget(services: Services, user_id: str) -> dict:
+    """"Delete my data" on the chat page: every copy, and every session of the user ends at once."""
+    from deploy.loop.privacy import forget_everywhere
+
+    out = forget_everywhere(services.store, services.settings, user_id)
+    services.auth.forgotten(user_id)
+    return out
 
 
 def _safe_health(services: Services) -> dict:
