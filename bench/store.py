@@ -163,7 +163,7 @@ def bench_generation(data_dir: Path, n: int, model_dir: Path | None = None, past
     pair, info): what logging adds before the user has the whole answer, between the last token
     and the end of the turn (the answer's insert), and in all, until the turn is durable. The order within a pair alternates, so drift in machine
     load falls on both sides."""
-    from chat.backends import TransformersBackend
+    from chat.backends.transformers_backend import TransformersBackend
     from chat.builtin.build import build_builtin_model, builtin_model_path, is_built
 
     if model_dir is not None:

@@ -21,8 +21,8 @@ from chat.backends import (
     BackendUnavailable,
     OpenAICompatibleBackend,
     SamplingParams,
-    TransformersBackend,
 )
+from chat.backends.transformers_backend import TransformersBackend
 from feedback.attributes import Attributes
 
 QUESTION = [{"role": "user", "content": "How can I sleep better before an exam?"}]
