@@ -214,7 +214,9 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
     for message_id, category, span, start, end, extractor in events(store):
         content = store.get_message(message_id).content
         assert content[start:end] == span and extractor == "llm"
-    assert {r[2] for r in events(store)} == {"Thanks.", "best assistant ever"}
+    # "best assistant ever" is the user's text, but inside the verdict they pasted: not feedback.
+    assert {r[2] for r in events(store)} == {"Thanks."}
+    assert result.dropped["span_about_feedback"] == 1
     assert result.dropped["span_in_assistant_message"] == 1
     assert result.dropped["span_not_in_user_message"] == 1
     assert result.stats.get("truncated_output", 0) + result.dropped.get("no_json", 0) >= 1
