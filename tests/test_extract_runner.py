@@ -287,7 +287,8 @@ def test_both_extractors_record_who_found_each_event(store):
     result = run_extraction(store, both, lock=threading.Lock())
     assert result.per_extractor == {"fast": 1, "llm": 1} and result.per_category["positive"] == 2
     rows = store.query("SELECT extractor, extractor_version, span FROM feedback_events ORDER BY extractor")
-    assert [(r[0], r[1]) for r in rows] == [("fast", "fast-1"), ("llm", "llm-1")]
+    assert [(r[0], r[1]) for r in rows] == [("fast", both.versions["fast"]), ("llm", "llm-1")]
+    assert both.versions["fast"].startswith("fast-2+")  # the classifier path, and which model
     assert rows[0][2] == rows[1][2] == "Thanks, that's really helpful!"
     assert store.get_watermark("extract:fast+llm") > 0 and store.get_watermark("extract:fast") == 0
     with pytest.raises(ValueError, match="completion function"):
