@@ -161,9 +161,15 @@ _PTR, _YOU_F, _INSULT_F, _AGREE_F = ("ptr_first", 1.0), ("you", 1.0), ("lex_insu
 _NOCONTENT, _BIAS = ("nocontent", 1.0), ("bias", 1.0)
 
 
+_HIT_GATES = tuple((k, cue.triggers, cue.regex.search) for k, cue in enumerate(_HITS))
+
+
 def cue_hits(s: cues.Sentence) -> list[int]:
-    """Which of the cues fire in the sentence (indices into the cue list)."""
-    return [k for k, cue in enumerate(_HITS) if cue.search(s)]
+    """Which of the cues fire in the sentence (indices into the cue list): `Cue.search` inlined,
+    keyword gate first, without its memo (the classifier path asks each cue once)."""
+    wordset, lower = s.wordset, s.lower
+    return [k for k, triggers, search in _HIT_GATES
+            if (triggers is None or not triggers.isdisjoint(wordset)) and search(lower)]
 
 
 def cue_names(s: cues.Sentence) -> list[str]:
