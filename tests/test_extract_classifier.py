@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from feedback.extract import FastConfig, FastExtractor, Window, load_gold, windows_of
+from feedback.extract import FastConfig, FastExtractor, Window, evaluate, load_gold, predict, windows_of
 from feedback.extract.classifier import MODEL_PATH, SentenceClassifier
 from feedback.extract.features import TurnContext, features, sentence_features
 from feedback.extract.train_classifier import REAL_GOLD, TARGETS, examples, fit
@@ -30,6 +30,17 @@ def test_shipped_model_is_small_and_records_how_it_was_chosen(record):
         assert cv[metric]["low"] <= cv[metric]["value"] <= cv[metric]["high"]
     assert set(cv["per_category"]) == set(CATEGORY_IDS)
     assert record["settings"]["none_bias"] == record["none_bias"]
+
+
+def test_test_split_figures_are_recorded_once_and_still_true(record):
+    """The test split was scored once, after every choice; the record must stay what the code does."""
+    test = record["test"]
+    assert test is not None and test["split"] == "test" and "once" in test["note"]
+    gold = load_gold(REAL_GOLD, split="test")
+    predictions, _ = predict(FastExtractor(FastConfig.tuned(), use_embeddings=False), gold)
+    m = evaluate(gold, predictions)
+    for metric in TARGETS:
+        assert m[metric]["value"] == pytest.approx(test[metric]["value"], abs=1e-4), metric
 
 
 def test_scores_are_additive_so_shared_turn_features_can_be_scored_once():
