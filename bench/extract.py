@@ -147,6 +147,8 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
 
     proc = psutil.Process()
     extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
+    # Only the rules' reading calls the embedding model; the default classifier path never loads it.
+    embeddings = embeddings and extractor.model is None
     t = time.perf_counter()
     if embeddings:
         extractor.embedder(["warm up the embedding model"])  # loaded once, as in the service

@@ -214,7 +214,9 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
     for message_id, category, span, start, end, extractor in events(store):
         content = store.get_message(message_id).content
         assert content[start:end] == span and extractor == "llm"
-    assert {r[2] for r in events(store)} == {"Thanks.", "best assistant ever"}
+    # "best assistant ever" is the user's text, but inside the verdict they pasted: not feedback.
+    assert {r[2] for r in events(store)} == {"Thanks."}
+    assert result.dropped["span_about_feedback"] == 1
     assert result.dropped["span_in_assistant_message"] == 1
     assert result.dropped["span_not_in_user_message"] == 1
     assert result.stats.get("truncated_output", 0) + result.dropped.get("no_json", 0) >= 1
@@ -285,7 +287,8 @@ def test_both_extractors_record_who_found_each_event(store):
     result = run_extraction(store, both, lock=threading.Lock())
     assert result.per_extractor == {"fast": 1, "llm": 1} and result.per_category["positive"] == 2
     rows = peek(store, "SELECT extractor, extractor_version, span FROM feedback_events ORDER BY extractor")
-    assert [(r[0], r[1]) for r in rows] == [("fast", "fast-1"), ("llm", "llm-1")]
+    assert [(r[0], r[1]) for r in rows] == [("fast", both.versions["fast"]), ("llm", "llm-1")]
+    assert both.versions["fast"].startswith("fast-2+")  # the classifier path, and which model
     assert rows[0][2] == rows[1][2] == "Thanks, that's really helpful!"
     assert store.get_watermark("extract:fast+llm") > 0 and store.get_watermark("extract:fast") == 0
     with pytest.raises(ValueError, match="completion function"):

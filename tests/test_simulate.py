@@ -52,6 +52,11 @@ def test_every_reaction_template_is_understood_by_the_fast_extractor():
     cases += [(t, {ASK_CLARIFICATION}) for t in CLARIFICATIONS]
     found = _categories([c[0] for c in cases], q.text)
     for (text, allowed), cats in zip(cases, found):
+        if allowed == {AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION}:
+            # An objection followed by the request again in a concrete form ("That's too vague. Give
+            # me numbered steps...") may also be read as objection + re-ask (ANNOTATION.md, case 7).
+            assert cats & allowed and cats <= allowed | {REPEAT_REPHRASE}, f"{text!r} was read as {cats or 'nothing'}"
+            continue
         assert cats and cats <= allowed, f"{text!r} was read as {cats or 'nothing'}, expected one of {allowed}"
 
 

@@ -20,7 +20,7 @@ Design choices:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 # ---------------------------------------------------------------------------- sentences and words
@@ -31,6 +31,7 @@ _BOUNDARY = re.compile(
     r"|(?<=[a-z])(?=\s+(?:What|How|Why|When|Where|Which|Who|Is|Are|Can|Could|Should|Would|Do|Does|Did|Any)\b)"
 )
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+WORD = _WORD  # words of a lowercased text
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Sentence:
     text: str
     lower: str  # lowercased, curly apostrophes straightened
     wordset: frozenset[str]  # its words, their parts before an apostrophe, "n't" if one ends so
+    wordlist: tuple[str, ...] = ()  # its words in order
+    # Each cue's result once computed: the rules and the classifier's features ask the same cues.
+    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def is_question(self) -> bool:
@@ -55,12 +59,12 @@ def _sentence(text: str, s: int, e: int) -> Sentence | None:
     if not any(ch.isalnum() for ch in piece):
         return None
     lower = piece.lower().replace("\u2019", "'")
-    found = _WORD.findall(lower)
+    ordered = _WORD.findall(lower)
     # `\bi\b` also matches the "i" of "i'll": the part before an apostrophe is a word to the gate too.
-    found += [w.split("'")[0] for w in found if "'" in w]
-    if any(w.endswith("n't") for w in found):
+    found = ordered + [w.split("'")[0] for w in ordered if "'" in w]
+    if any(w.endswith("n't") for w in ordered):
         found.append("n't")
-    return Sentence(s, e, piece, lower, frozenset(found))
+    return Sentence(s, e, piece, lower, frozenset(found), tuple(ordered))
 
 
 def sentences(text: str) -> list[Sentence]:
@@ -87,9 +91,16 @@ class Cue:
         self.triggers = frozenset(triggers.split()) if triggers is not None else None
 
     def search(self, s: Sentence) -> re.Match | None:
+        memo = s.memo
+        found = memo.get(self, memo)
+        if found is not memo:
+            return found
         if self.triggers is not None and self.triggers.isdisjoint(s.wordset):
-            return None
-        return self.regex.search(s.lower)
+            found = None
+        else:
+            found = self.regex.search(s.lower)
+        memo[self] = found
+        return found
 
     def search_ungated(self, s: Sentence) -> re.Match | None:
         return self.regex.search(s.lower)

@@ -1,6 +1,19 @@
 """The fast extractor: no LLM, thousands of conversations a second on one CPU core.
 
-How a window is read, sentence by sentence (`cues.py` has the patterns):
+How a window is read:
+1. The user turn is cut into sentences (`cues.py`).
+2. By default (`FastConfig.classifier`) the rules do not run: each sentence's features
+   (`features.py`: its words, the cues firing in it and its neighbours, its overlap with the
+   previous request and with the answer, what the answer did: asked back, dodged) go to a sentence
+   classifier trained on real chats (`classifier.py`, weights in `feedback/data/fast_classifier.json`,
+   rebuilt by `train_classifier.py`, which also records its dev cross-validation and test figures).
+   Each sentence gets none or a category; a few settled cues veto or change a category outright
+   (`features.settle`), a re-ask needs a previous request, a correction next to a re-ask is one
+   correction, and adjacent sentences of the same category form one span.
+3. Text about feedback (an instruction to the extractor, a pasted verdict, a role-played system
+   message; `hostile.py`) is never a span, in either mode.
+
+The rules on their own (`FastConfig.rules_only()`), as before the classifier:
 1. A bare "No, not yet." answering the assistant's question, and a user correcting their own
    earlier message ("oops, it's two hours, not one"), are set aside: not feedback.
 2. Sarcasm and objections make a "make aware" sentence; praise not vetoed ("thanks in advance",
@@ -20,20 +33,30 @@ How a window is read, sentence by sentence (`cues.py` has the patterns):
 Adjacent sentences of the same category form one span. Embedding calls are batched per `extract`
 call and deduplicated.
 
-Every threshold is in `FastConfig`, tuned on the dev split by `tune.py`; the values in use and the
-score they got are in `feedback/data/fast_thresholds.json`.
+The classifier path does not call the embedding model: on the real dev split, the MiniLM
+similarity between a doubtful request and the previous one separates re-asks from follow-ups
+hardly better than chance (AUC 0.55: in real chats a follow-up stays on the topic of the
+request), and as classifier features (similarity to the previous request and to the answer) it
+moved cross-validated span F1 by at most 0.006 at the thresholds in use (tried on an earlier
+feature set), while one embedded window costs as much as a hundred or more classified ones.
+
+Every rules threshold is in `FastConfig`, tuned on the dev split by `tune.py`; the values in use
+and the score they got are in `feedback/data/fast_thresholds.json`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from feedback.extract import cues
+from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, runs
+from feedback.extract.features import TurnContext, features, join_adjacent, sentence_features, settle
+from feedback.extract.hostile import meta_ranges, touches
 from feedback.extract.types import BatchResult, Span, Window, make_span
 from feedback.taxonomy import (
     ASK_CLARIFICATION,
@@ -59,6 +82,12 @@ class FastConfig:
     # Cost cap, not tuned: at most this share of a batch's windows goes to the embedding model
     # (the most word-overlapping doubtful ones first; the rest count as not a rephrase).
     embedding_budget: float = 0.01
+    # Decide with the sentence classifier (`classifier.py`, trained on real chats) over the rules'
+    # reading; False: the rules alone decide, with the embedding model for doubtful rephrases.
+    classifier: bool = True
+
+    def rules_only(self) -> "FastConfig":
+        return replace(self, classifier=False)
 
     @classmethod
     def tuned(cls, path: Path = TUNED_PATH) -> "FastConfig":
@@ -66,7 +95,8 @@ class FastConfig:
         if not path.is_file():
             return cls()
         values = json.loads(path.read_text())["config"]
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+        # The file holds the rules' thresholds; whether the classifier decides is not tuned there.
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values and f.name != "classifier"})
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -84,15 +114,27 @@ class _Deferred:
     lexical: float  # share of its content words found in the previous request
 
 
+@dataclass
+class Reading:
+    sents: list[cues.Sentence]
+    labels: list[str]  # each sentence's cue label: pos neg clar marker req info skip other
+    spans: list[Span]  # what the rules decide
+    pending: _Deferred | None  # a request whose rephrase status the rules leave to the embedding
+
+
 class FastExtractor:
     name = "fast"
-    version = "fast-1"
 
     def __init__(self, config: FastConfig | None = None, *, embedder: Embedder | None = None,
-                 use_embeddings: bool = True):
+                 use_embeddings: bool = True, model: SentenceClassifier | Path | None = None):
         self.config = config or FastConfig.tuned()
         self.use_embeddings = use_embeddings
         self._embedder = embedder
+        self.model: SentenceClassifier | None = None
+        if self.config.classifier:
+            self.model = model if isinstance(model, SentenceClassifier) else _load_model(model or MODEL_PATH)
+        # Stored with every event: which reading (and which trained model) found it.
+        self.version = f"fast-2+{self.model.meta.get('version', 'custom')}" if self.model else "fast-1"
 
     @property
     def embedder(self) -> Embedder:
@@ -106,18 +148,86 @@ class FastExtractor:
 
     def extract(self, windows: Sequence[Window]) -> BatchResult:
         result = BatchResult(spans=[[] for _ in windows])
-        deferred: list[_Deferred] = []
-        for i, window in enumerate(windows):
-            spans, pending = self.read(window, i)
-            result.spans[i] = spans
-            if pending is not None:
-                deferred.append(pending)
-        if deferred:
-            self._resolve(deferred, windows, result)
+        if self.model is not None:
+            self._classify(windows, result)
+        else:
+            deferred: list[_Deferred] = []
+            for i, window in enumerate(windows):
+                reading = self.reading(window, i, self.sentences(window.user, result.stats))
+                meta = meta_ranges(window.user)
+                if meta:  # a span of the rules may run across a sentence left out between two kept ones
+                    reading.spans = [s for s in reading.spans if not touches(meta, s.start, s.end)]
+                    if reading.pending is not None and touches(meta, reading.pending.start, reading.pending.end):
+                        reading.pending = None
+                result.spans[i] = reading.spans
+                if reading.pending is not None:
+                    deferred.append(reading.pending)
+            if deferred:
+                self._resolve(deferred, windows, result)
         for spans in result.spans:
             for s in spans:
                 result.stats[f"found_{s.category}"] += 1
         return result
+
+    @staticmethod
+    def sentences(text: str, stats=None) -> list[cues.Sentence]:
+        """The turn's sentences, without those inside text about feedback (`hostile.py`): an
+        injected instruction or a pasted verdict is not part of what the user said to the answer,
+        so it can neither be a span nor colour how the rest is read."""
+        sents = cues.sentences(text)
+        meta = meta_ranges(text)
+        if meta:
+            kept = [s for s in sents if not touches(meta, s.start, s.end)]
+            if stats is not None:
+                stats["sentences_about_feedback"] += len(sents) - len(kept)
+            return kept
+        return sents
+
+    def featurize(self, window: Window, index: int = 0, stats=None) -> tuple[list[cues.Sentence],
+                                                                            list[list[tuple[str, float]]]]:
+        """The window's sentences (text about feedback left out) and each one's full feature list."""
+        sents = self.sentences(window.user, stats)
+        if not sents:
+            return sents, []
+        return sents, features(TurnContext(window.assistant, window.previous_user), sents)
+
+    def _classify(self, windows: Sequence[Window], result: BatchResult) -> None:
+        """Every sentence of the batch scored in one sparse product (the features a turn's sentences
+        share in another, added to each), then vetoes, joins and spans."""
+        per_window, own, shared, turn_of = [], [], [], []
+        for i, window in enumerate(windows):
+            sents = self.sentences(window.user, result.stats)
+            if sents:
+                turn, mine = sentence_features(TurnContext(window.assistant, window.previous_user), sents)
+                shared.append(turn)
+                turn_of += [len(shared) - 1] * len(sents)
+            else:
+                mine = []
+            per_window.append((sents, len(own)))
+            own += mine
+        if not own:
+            return
+        scores = self.model.scores(own) + self.model.scores(shared, intercept=False)[turn_of]
+        labels = self.model.decide(scores)
+        labels = [settle(label, f) if label != "none" else label for label, f in zip(labels, own)]
+        for i, (window, (sents, offset)) in enumerate(zip(windows, per_window)):
+            if not sents:
+                continue
+            mine = labels[offset:offset + len(sents)]
+            if not window.previous_user:  # nothing was asked before: nothing can be asked again
+                mine = ["none" if label == REPEAT_REPHRASE else label for label in mine]
+            mine = join_adjacent(mine)
+            spans = []
+            for first, last, category in runs(mine):
+                # Sentences left out as text about feedback may sit between two kept ones: a span
+                # never runs across them.
+                while first <= last:
+                    end = first
+                    while end < last and _adjacent(window.user, sents[end], sents[end + 1]):
+                        end += 1
+                    spans.append(make_span(window.user, sents[first].start, sents[end].end, category, self.name))
+                    first = end + 1
+            result.spans[i] = spans
 
     def _resolve(self, deferred: list[_Deferred], windows: Sequence[Window], result: BatchResult) -> None:
         result.stats["doubtful_rephrases"] += len(deferred)
@@ -144,13 +254,22 @@ class FastExtractor:
 
     def read(self, window: Window, index: int = 0) -> tuple[list[Span], _Deferred | None]:
         """Spans decided by cues alone, plus the request to embed when they leave doubt."""
+        reading = self.reading(window, index)
+        return reading.spans, reading.pending
+
+    def reading(self, window: Window, index: int = 0, sents: list[cues.Sentence] | None = None,
+                context: "_Context | None" = None) -> "Reading":
+        """The rules' reading of a window: its sentences, each sentence's cue label (before the
+        rules group them), the spans they decide and the request left for the embedding model."""
         text = window.user
-        sents = cues.sentences(text)
+        if sents is None:
+            sents = cues.sentences(text)
         if not sents:
-            return [], None
-        context = _Context(window)
+            return Reading(sents, [], [], None)
+        context = context or _Context(window)
         asked_back = window.assistant.rstrip().endswith("?")
         labels = [self._label(s, k, asked_back, context) for k, s in enumerate(sents)]
+        original = list(labels)
         spans: list[Span] = []
         # The request first: statements that lead up to a repeated request belong to it, and must
         # not be read as the information of a correction.
@@ -161,7 +280,7 @@ class FastExtractor:
             if label in category_of:
                 spans.append(make_span(text, sents[first].start, sents[last].end, category_of[label], self.name))
         spans.sort(key=lambda s: s.start)
-        return spans, pending
+        return Reading(sents, original, spans, pending)
 
     def _objections(self, text: str, sents: list[cues.Sentence], labels: list[str], spans: list[Span]) -> None:
         """An objection, plus the statements right after it when together they carry enough
@@ -264,10 +383,10 @@ class FastExtractor:
 class _Context:
     """Word sets of the answer and the previous request, computed only if a cue needs them."""
 
-    def __init__(self, window: Window):
+    def __init__(self, window: Window, previous: set[str] | None = None, answer_only: set[str] | None = None):
         self._window = window
-        self._previous: set[str] | None = None
-        self._answer_only: set[str] | None = None
+        self._previous = previous
+        self._answer_only = answer_only
 
     @property
     def previous(self) -> set[str]:
@@ -281,6 +400,22 @@ class _Context:
         if self._answer_only is None:
             self._answer_only = cues.content_stems(self._window.assistant) - self.previous
         return self._answer_only
+
+
+def _adjacent(text: str, a: cues.Sentence, b: cues.Sentence) -> bool:
+    """Nothing but whitespace and punctuation between two sentences (none was left out)."""
+    return not any(ch.isalnum() for ch in text[a.end:b.start])
+
+
+_MODELS: dict[Path, SentenceClassifier] = {}
+
+
+def _load_model(path: Path) -> SentenceClassifier:
+    """The shipped classifier, read once per process."""
+    path = Path(path).resolve()
+    if path not in _MODELS:
+        _MODELS[path] = SentenceClassifier.load(path)
+    return _MODELS[path]
 
 
 def _runs(labels: list[str]):

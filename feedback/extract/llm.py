@@ -8,7 +8,10 @@ Design choices:
   its span is found in the latest user message (the first user message of the window is the
   request the answer replied to: never feedback). Everything else is counted by reason and
   dropped. This is also the defence against prompt injection: a user who writes fake extractor
-  JSON or "report positive feedback" can at most get their own words quoted back.
+  JSON or "report positive feedback" can at most get their own words quoted back, and not even
+  those when they are the injection: a span that touches text about feedback (an instruction to
+  the extractor, a pasted verdict, a role-played system message; `hostile.py`) is dropped as
+  `span_about_feedback`, whatever category the model gave it.
 - A failing `complete` call is retried one window at a time, so one poisoned prompt (too long,
   odd bytes) costs that window only. If every window of a batch fails, the backend is down:
   `ExtractorUnavailable` stops the run before the watermark moves, and the next run retries.
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from feedback.extract.hostile import meta_ranges, touches
 from feedback.extract.parse import parse_items
 from feedback.extract.prompt import build_messages
 from feedback.extract.types import BatchResult, ExtractorUnavailable, Span, Window, locate_span
@@ -80,6 +84,7 @@ class LLMExtractor:
             return []
         spans: list[Span] = []
         seen: set[tuple[str, int, int]] = set()
+        meta = None
         for item in parse_items(text, stats):
             where = locate_span(window.user, item.span)
             if where is None:
@@ -91,6 +96,11 @@ class LLMExtractor:
                     stats["span_not_in_user_message"] += 1
                 continue
             start, end = where
+            if meta is None:
+                meta = meta_ranges(window.user)
+            if touches(meta, start, end):
+                stats["span_about_feedback"] += 1
+                continue
             if (item.category, start, end) in seen:
                 stats["duplicate_item"] += 1
                 continue

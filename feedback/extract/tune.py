@@ -6,6 +6,9 @@ Design choices:
 - Coordinate ascent over a small grid per threshold (a full grid is ~50,000 configurations):
   sweep each threshold with the others fixed, keep the best, repeat until nothing improves.
   Every evaluation reuses one embedding cache, so the whole search embeds each text once.
+- What is tuned is the rules' reading (`FastConfig.rules_only()`): the thresholds the rules use on
+  their own and that the sentence classifier reads as features. Retuning them changes the
+  classifier's features, so retrain it afterwards (`train_classifier.py`).
 - Objective: span F1 (the harmonic mean of the paper's span precision and recall) on the dev
   split only; the test split is never looked at, so figures reported on it stay honest.
   Ties go to the configuration that sends fewer windows to the embedding model, then to higher
@@ -74,7 +77,7 @@ def _f1(p: float, r: float) -> float:
 
 
 def score(config: FastConfig, conversations: Sequence[GoldConversation], embedder: Embedder) -> Score:
-    extractor = FastExtractor(config, embedder=embedder)
+    extractor = FastExtractor(config.rules_only(), embedder=embedder)  # the thresholds are the rules'.
     predictions, result = predict(extractor, conversations)
     m = evaluate(conversations, predictions, n_bootstrap=0)
     n_windows = sum(len(windows_of(c)) for c in conversations) or 1
@@ -125,7 +128,7 @@ def record(config: FastConfig, best: Score, *, gold: Path, split: str, n_convers
            max_embedding_rate: float, history: list[dict], out: Path = TUNED_PATH) -> dict:
     m = best.metrics
     payload = {
-        "config": config.as_dict(),
+        "config": {k: v for k, v in config.as_dict().items() if k != "classifier"},
         "tuned_on": {"gold": gold.name, "split": split, "n_conversations": n_conversations},
         "objective": "span F1 on the dev split (ties: fewer embedded windows, then category F1)",
         "dev_score": {

@@ -1,0 +1,91 @@
+"""The fast extractor's sentence classifier: a multinomial logistic regression over `features.py`,
+shipped as plain JSON weights (`feedback/data/fast_classifier.json`) and scored in pure
+Python/numpy, so inference needs neither scikit-learn nor pickles.
+
+Each sentence gets one of six labels (none or one of the five categories): the class with the
+highest score after `none_bias` is added to the none class's log-odds (the bias, chosen by
+cross-validation on dev, sets the precision/recall trade-off). Adjacent sentences with the same
+category make one span. `train_classifier.py` writes the file, with the figures it reached.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+NONE = "none"
+MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "fast_classifier.json"
+
+
+class SentenceClassifier:
+    def __init__(self, classes: Sequence[str], weights: dict[str, Sequence[float]], intercept: Sequence[float],
+                 none_bias: float = 0.0, meta: dict | None = None):
+        if classes[0] != NONE:
+            raise ValueError("the first class must be 'none'")
+        self.classes = tuple(classes)
+        names = list(weights)
+        self.index = {name: k for k, name in enumerate(names)}
+        self.matrix = np.asarray([weights[n] for n in names], dtype=np.float64).reshape(len(names), len(classes))
+        self.intercept = np.asarray(intercept, dtype=np.float64)
+        self.none_bias = float(none_bias)
+        self.meta = meta or {}
+
+    @classmethod
+    def load(cls, path: Path = MODEL_PATH) -> "SentenceClassifier":
+        payload = json.loads(Path(path).read_text())
+        return cls(payload["classes"], payload["weights"], payload["intercept"], payload.get("none_bias", 0.0),
+                   {k: v for k, v in payload.items() if k not in ("weights", "intercept", "classes")})
+
+    def scores(self, sentences: Sequence[Sequence[tuple[str, float]]], *, intercept: bool = True) -> np.ndarray:
+        """(n, classes) log-odds, up to a constant per row, before the none bias: one sparse
+        product for a whole batch of sentences (features not in the model are ignored). Scores are
+        additive: a feature list split in two scores as the sum of the parts (one intercept)."""
+        get = self.index.get
+        lengths = [len(f) for f in sentences]
+        cols = [get(name, -1) for f in sentences for name, _ in f]
+        vals = [value for f in sentences for _, value in f]
+        cols = np.asarray(cols, dtype=np.int64)
+        vals = np.asarray(vals, dtype=np.float64)
+        indptr = np.zeros(len(sentences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        vals[cols < 0] = 0.0  # features the model does not know count for nothing
+        cols[cols < 0] = 0
+        x = csr_matrix((vals, cols, indptr), shape=(len(sentences), len(self.index)))
+        out = np.asarray(x @ self.matrix)
+        return out + self.intercept if intercept else out
+
+    def probabilities(self, sentences: Sequence[Sequence[tuple[str, float]]]) -> np.ndarray:
+        z = self.scores(sentences)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+    def decide(self, scores: np.ndarray) -> list[str]:
+        """Each row's class: the highest score once `none_bias` is added to none's."""
+        z = scores.copy()
+        z[:, 0] += self.none_bias
+        return [self.classes[k] for k in np.argmax(z, axis=1)]
+
+    def labels(self, sentences: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
+        return self.decide(self.scores(sentences)) if sentences else []
+
+    def to_json(self) -> dict:
+        return {"classes": list(self.classes), "none_bias": self.none_bias,
+                "intercept": [round(float(x), 5) for x in self.intercept],
+                **self.meta,
+                "weights": {n: [round(float(x), 5) for x in self.matrix[k]] for n, k in self.index.items()}}
+
+
+def runs(labels: Sequence[str]):
+    """(first, last, label) for each maximal run of equal labels that is not none."""
+    k = 0
+    while k < len(labels):
+        j = k
+        while j + 1 < len(labels) and labels[j + 1] == labels[k]:
+            j += 1
+        if labels[k] != NONE:
+            yield k, j, labels[k]
+        k = j + 1
