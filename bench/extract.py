@@ -134,29 +134,14 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
-    """Runs in a child pinned to one core; returns the measurements."""
-    import psutil
-    import torch
-
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    torch.set_num_threads(1)
-    from feedback.extract import FastConfig, FastExtractor, run_extraction
-    from feedback.store import Store
-
-    proc = psutil.Process()
-    extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
-    # Only the rules' reading calls the embedding model; the default classifier path never loads it.
-    embeddings = embeddings and extractor.model is None
+def _instrument(extractor, embeddings: bool) -> tuple[dict, float]:
+    """Time the extractor's calls (and its embedding model's); returns (timings, model load seconds)."""
     t = time.perf_counter()
     if embeddings:
         extractor.embedder(["warm up the embedding model"])  # loaded once, as in the service
     load_s = time.perf_counter() - t
-
     timing = {"extract_s": 0.0, "embed_s": 0.0}
-    inner = extractor.extract
-    embedder = extractor.embedder if embeddings else None
+    inner, embedder = extractor.extract, extractor.embedder if embeddings else None
 
     def timed_embed(texts):
         t0 = time.perf_counter()
@@ -165,9 +150,6 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
         finally:
             timing["embed_s"] += time.perf_counter() - t0
 
-    if embeddings:
-        extractor._embedder = timed_embed
-
     def timed(windows):
         t0 = time.perf_counter()
         try:
@@ -175,28 +157,14 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
         finally:
             timing["extract_s"] += time.perf_counter() - t0
 
+    if embeddings:
+        extractor._embedder = timed_embed
     extractor.extract = timed  # type: ignore[method-assign]
-    samples: list[dict] = []
-    with Store(db) as store:
-        store._execute("SET threads TO 1")  # settings, DuckDB's memory: no typed API, so private helpers
-        n_conv = store.stats()["rows"]["conversations"]
-        rss0 = proc.memory_info().rss
-        last = [time.perf_counter(), 0]
+    return timing, load_s
 
-        def progress(r) -> None:
-            now = time.perf_counter()
-            duckdb_bytes = store._analytics("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
-            samples.append({"chunk": r.chunks, "messages": r.messages, "seconds": now - last[0],
-                            "chunk_messages": r.messages - last[1], "rss_mib": proc.memory_info().rss / 2**20,
-                            "duckdb_mib": duckdb_bytes / 2**20})
-            last[:] = [now, r.messages]
 
-        cpu0 = _cpu_seconds()
-        t = time.perf_counter()
-        result = run_extraction(store, extractor, lock=threading.Lock(), trigger="bench", chunk_size=chunk_size,
-                                progress=progress)
-        total = time.perf_counter() - t
-        cpu = _cpu_seconds() - cpu0
+def _summary(n_conv: int, result, total: float, cpu: float, timing: dict, load_s: float, samples: list[dict],
+             rss0: int) -> dict:
     import resource
 
     ratio = n_conv / max(result.messages, 1)  # conversations per user message
@@ -220,6 +188,43 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "errors": result.errors[:5],
     }
+
+
+def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
+    """Runs in a child pinned to one core; returns the measurements."""
+    import psutil
+    import torch
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    from feedback.extract import FastConfig, FastExtractor, run_extraction
+    from feedback.store import Store
+
+    proc = psutil.Process()
+    extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
+    # Only the rules' reading calls the embedding model; the default classifier path never loads it.
+    timing, load_s = _instrument(extractor, embeddings and extractor.model is None)
+    samples: list[dict] = []
+    with Store(db) as store:
+        store._execute("SET threads TO 1")  # settings, DuckDB's memory: no typed API, so private helpers
+        n_conv = store.stats()["rows"]["conversations"]
+        rss0 = proc.memory_info().rss
+        last = [time.perf_counter(), 0]
+
+        def progress(r) -> None:
+            now = time.perf_counter()
+            duckdb_bytes = store._analytics("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
+            samples.append({"chunk": r.chunks, "messages": r.messages, "seconds": now - last[0],
+                            "chunk_messages": r.messages - last[1], "rss_mib": proc.memory_info().rss / 2**20,
+                            "duckdb_mib": duckdb_bytes / 2**20})
+            last[:] = [now, r.messages]
+
+        cpu0, t = _cpu_seconds(), time.perf_counter()
+        result = run_extraction(store, extractor, lock=threading.Lock(), trigger="bench", chunk_size=chunk_size,
+                                progress=progress)
+        total, cpu = time.perf_counter() - t, _cpu_seconds() - cpu0
+    return _summary(n_conv, result, total, cpu, timing, load_s, samples, rss0)
 
 
 # ---------------------------------------------------------------------------- LLM
