@@ -6,17 +6,19 @@ Design choices:
   live retires the previous live one in the same transaction, so there is never zero or two live
   releases (once the first exists).
 - `decision` is the gate's document (metrics, comparisons, reasons), JSON like a job's result.
+- A status change is announced on the "release" channel in the same transaction (sent when it
+  commits), so replicas sharing a PostgreSQL store hot-swap within a moment (`coordination.py`).
 """
 
 from __future__ import annotations
 
 import json
 
-from feedback.store.db import Database
+from feedback.store.coordination import Coordination
 from feedback.store.records import RELEASE_COLUMNS, NotFound, Release, new_id, release_from_row
 
 
-class Releases(Database):
+class Releases(Coordination):
     def create_release(
         self, *, base_model: str, adapter_path: str | None, run_id: str | None = None,
         status: str = "candidate", decision: dict | None = None, release_id: str | None = None,
@@ -71,4 +73,5 @@ class Releases(Database):
             if decision is not None:
                 self._execute("UPDATE releases SET decision = ? WHERE id = ?",
                               [json.dumps(decision, default=str), release_id])
+            self.notify("release", release_id)
         return self.get_release(release_id)
