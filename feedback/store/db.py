@@ -46,7 +46,7 @@ def is_url(target: str | Path) -> bool:
 
 
 def open_engine(target: str | Path, **options: Any):
-    """The engine for a DuckDB file path or a `postgresql://` URL."""
+    """The engine for a DuckDB file path or a `postgresql://` URL (`options`: PostgreSQL's)."""
     if is_url(target):
         from feedback.store.pg import PostgresEngine
 
