@@ -190,3 +190,27 @@ def test_the_mirror_follows_deletes_and_updates(pg_url):
         assert peek(store, "SELECT count(*), min(content) FROM messages") == [(1, "Q2")]
         store.start_conversation("carol", "Q3")
         assert peek(store, "SELECT count(*) FROM messages") == [(2,)]
+
+
+def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
+    """Two stores (two replicas' pools), each with its own lock: the watermark's compare-and-set
+    lets exactly one of them commit each chunk."""
+    with Store(pg_url) as a, Store(pg_url) as b:
+        for i in range(60):
+            conv, q = a.start_conversation(f"u{i}", "How do I sleep better?")
+            ans = a.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
+            a.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=ans.id)
+        results: list = []
+
+        def run(store: Store) -> None:
+            extractor = FastExtractor(FastConfig.tuned(), use_embeddings=False)
+            results.append(run_extraction(store, extractor, lock=threading.Lock(), chunk_size=10))
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(r.messages for r in results) == 120  # every user message read by exactly one chunk
+        assert sum(r.new_events for r in results) == 60 == peek(a, "SELECT count(*) FROM feedback_events")[0][0]
+        assert all(r.status == "succeeded" or "moved under this run" in r.errors[-1] for r in results)
