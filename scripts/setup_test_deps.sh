@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# What the browser and vLLM tests need beyond .venv: Debian's Chromium (driven by the playwright
-# package; never `playwright install`) and the separate vLLM CPU environment (.venv-vllm).
+# What the browser, PostgreSQL and vLLM tests need beyond .venv: Debian's Chromium (driven by the
+# playwright package; never `playwright install`), Debian's PostgreSQL server binaries (the tests
+# start their own server in a temporary directory: tests/pg_server.py; the packaged cluster is
+# not used) and the separate vLLM CPU environment (.venv-vllm).
 # Needs root for apt-get; without it those tests skip with a reason.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || echo "warning: could not install chromium; browser tests will be skipped"
-  else
-    echo "note: not root, chromium not installed; browser tests will be skipped"
+APT_UPDATED=
+apt_install() {  # apt_install PACKAGE WHAT-SKIPS
+  if [ "$(id -u)" != 0 ]; then
+    echo "note: not root, $1 not installed; $2 will be skipped"
+    return
   fi
-fi
+  [ -n "$APT_UPDATED" ] || { apt-get update -qq && APT_UPDATED=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null \
+    || echo "warning: could not install $1; $2 will be skipped"
+}
+[ -x /usr/bin/chromium ] || apt_install chromium "browser tests"
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql "PostgreSQL tests"
 if [ -x scripts/setup_vllm_env.sh ] && [ ! -x .venv-vllm/bin/python ]; then
   bash scripts/setup_vllm_env.sh || echo "warning: vLLM environment not created; vLLM tests will be skipped"
 fi
