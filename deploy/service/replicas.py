@@ -75,6 +75,10 @@ class Coordinator:
                     self._stop.wait(self.interval_s)
 
     def tick(self, heard: list[tuple[str, str]]) -> None:
+        """Check the lead, run queued jobs if leading, follow the live release. `heard`: the
+        notifications that woke it (none on a timeout); each tick re-reads everything anyway."""
+        if heard:
+            log.debug("replica %s heard %s", self.name, heard)
         was, self.leading = self.leading, self._lead.acquire()
         if self.leading != was:
             log.warning("replica %s %s the scheduler lead", self.name, "took" if self.leading else "lost")
