@@ -214,3 +214,19 @@ def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
         assert sum(r.messages for r in results) == 120  # every user message read by exactly one chunk
         assert sum(r.new_events for r in results) == 60 == peek(a, "SELECT count(*) FROM feedback_events")[0][0]
         assert all(r.status == "succeeded" or "moved under this run" in r.errors[-1] for r in results)
+
+
+def test_two_replicas_promoting_at_once_leave_one_live_release(pg_url):
+    with Store(pg_url) as a, Store(pg_url) as b:
+        base = a.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m")
+        assert b.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m") == base
+        for round_ in range(5):
+            ra = a.create_release(base_model="m", adapter_path="/x")
+            rb = b.create_release(base_model="m", adapter_path="/y")
+            threads = [threading.Thread(target=s.set_release_status, args=(r.id, "live")) for s, r in ((a, ra), (b, rb))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            live = [r for r in a.list_releases(limit=100) if r.status == "live"]
+            assert len(live) == 1 and live[0].id in (ra.id, rb.id), (round_, live)

@@ -121,6 +121,11 @@ class Database:
         with self.transaction():
             return self._engine.insert_rows(table, columns, rows, skip_conflicts)
 
+    def _xact_lock(self, name: str) -> None:
+        """Serialise this transaction with others taking the same named lock, until it ends
+        (PostgreSQL: `pg_advisory_xact_lock`; DuckDB: its write lock, held already)."""
+        self._engine.xact_lock(name)
+
     def _committed_seq(self) -> int:
         """The highest `messages.seq` below which every message that will ever commit has
         committed: the extraction's upper bound. DuckDB: the highest seq (writes are serialised).

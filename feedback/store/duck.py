@@ -160,6 +160,9 @@ class DuckDBEngine:
     def analytics_arrow(self, sql: str, params: Params | dict | None = None):
         return self._cursor().sql(sql, params=params or None).to_arrow_table()
 
+    def xact_lock(self, name: str) -> None:
+        pass  # write transactions hold the write lock already
+
     @contextmanager
     def migration_lock(self) -> Iterator[None]:
         yield  # one process holds the file: nobody else can migrate it

@@ -30,6 +30,7 @@ Design choices:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -178,6 +179,10 @@ class PostgresEngine:
     def migration_lock(self) -> Iterator[None]:
         self.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])  # released at commit
         yield
+
+    def xact_lock(self, name: str) -> None:
+        key = int.from_bytes(hashlib.sha256(f"advisor-xact:{name}".encode()).digest()[:8], "big", signed=True)
+        self.read("SELECT pg_advisory_xact_lock(?)", [key])
 
     # ---- analytics: DuckDB over a mirror of the tables a query names
 

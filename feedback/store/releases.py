@@ -4,7 +4,11 @@ the gate's decision about each.
 Design choices:
 - Status is candidate → live | rejected, and live → retired when another goes live. Making one
   live retires the previous live one in the same transaction, so there is never zero or two live
-  releases (once the first exists).
+  releases (once the first exists). On PostgreSQL two promotions on two replicas would each
+  retire only the live release they saw, so that transaction first takes a lock for the purpose
+  (`_xact_lock`, an advisory lock released at commit; DuckDB's write lock does it already).
+- Creating a release whose id exists leaves that one as it is: replicas starting together each
+  create the base model's release (`base-<model>`), and the first one wins.
 - `decision` is the gate's document (metrics, comparisons, reasons), JSON like a job's result.
 - A status change is announced on the "release" channel in the same transaction (sent when it
   commits), so replicas sharing a PostgreSQL store hot-swap within a moment (`coordination.py`).
@@ -27,7 +31,7 @@ class Releases(Coordination):
         with self.transaction():
             self._execute(
                 "INSERT INTO releases (id, run_id, adapter_path, base_model, status, decision, promoted_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'live' THEN now() END)",
+                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'live' THEN now() END) ON CONFLICT (id) DO NOTHING",
                 [release_id, run_id, adapter_path, base_model, status, json.dumps(decision or {}, default=str),
                  status],
             )
@@ -64,6 +68,7 @@ class Releases(Coordination):
         transaction, so there is never zero or two live releases."""
         with self.transaction():
             if status == "live":
+                self._xact_lock("releases:live")
                 self._execute(
                     "UPDATE releases SET status = 'retired', retired_at = now() WHERE status = 'live' AND id <> ?",
                     [release_id],
