@@ -33,7 +33,8 @@ class Users(Database):
                 # A forgotten user id never comes back; the caller must mint a new one.
                 raise InvalidInput("This user's data was deleted; start a new session.")
             if not self._read_one("SELECT 1 FROM users WHERE id = ?", [user_id]):
-                self._execute("INSERT INTO users (id, name) VALUES (?, ?)", [user_id, name])
+                # ON CONFLICT: the same user's first two requests may reach two replicas at once.
+                self._execute("INSERT INTO users (id, name) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", [user_id, name])
         self._known_users.add(user_id)
 
     def create_user(self, name: str, *, password_hash: str | None = None, is_admin: bool = False) -> User:
