@@ -153,6 +153,45 @@ def report_latency(store) -> dict:
     return round(time.perf_counter() - t, 3)
 
 
+def _fast_report(n_conv: int, result, total: float, cpu: float, timing: dict, load_s: float, rss0: int,
+                 samples: list[dict]) -> dict:
+    """The fast run's figures, from what `run_fast` measured."""
+    import resource
+
+    ratio = n_conv / max(result.messages, 1)  # conversations per user message
+    per_chunk = [s["chunk_messages"] * ratio / s["seconds"] for s in samples if s["seconds"] > 0]
+    return {
+        "conversations": n_conv, "status": result.status, "seconds": round(total, 1),
+        "conversations_per_s": round(n_conv / total, 1),
+        "cpu_s": round(cpu, 1), "conversations_per_cpu_s": round(n_conv / cpu, 1),
+        "embed_s": round(timing["embed_s"], 1),
+        "median_chunk_conversations_per_s": round(statistics.median(per_chunk), 1) if per_chunk else None,
+        "user_messages": result.messages, "windows": result.windows, "new_events": result.new_events,
+        "per_category": result.per_category, "chunks": result.chunks,
+        "extract_s": round(timing["extract_s"], 1), "store_s": round(total - timing["extract_s"], 1),
+        "doubtful_pairs": result.stats.get("doubtful_rephrases", 0),
+        "embedded_pairs": result.stats.get("embedded_pairs", 0),
+        "embedded_texts": result.stats.get("embedded_texts", 0),
+        "over_embedding_budget": result.stats.get("embedding_over_budget", 0),
+        "embedder_load_s": round(load_s, 1),
+        "rss_before_mib": round(rss0 / 2**20), "rss_after_chunks_mib": [round(s["rss_mib"]) for s in samples],
+        "duckdb_after_chunks_mib": [round(s["duckdb_mib"]) for s in samples],
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "errors": result.errors[:5],
+    }
+
+
+def _store_figures(store, db: Path | str, first_read_s: float) -> dict:
+    """The store's side: which one, its first analytics read (on PostgreSQL the mirror's full copy)
+    and the operator reports' latency, cold then warm."""
+    cold, warm = report_latency(store), report_latency(store)
+    n_messages = int(store._analytics("SELECT count(*) FROM messages")[0][0])
+    return {"store": "postgres" if str(db).startswith("postgresql://") else "duckdb",
+            "first_read_s": round(first_read_s, 2), "messages": n_messages,
+            "first_read_rows_per_s": round(n_messages / first_read_s) if first_read_s else None,
+            "reports_cold_s": cold, "reports_warm_s": warm}
+
+
 def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
     """Runs in a child pinned to one core; returns the measurements."""
     import psutil
@@ -217,35 +256,8 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
                                 progress=progress)
         total = time.perf_counter() - t
         cpu = _cpu_seconds() - cpu0
-        reports_cold, reports_warm = report_latency(store), report_latency(store)
-        n_messages = store._analytics("SELECT count(*) FROM messages")[0][0]
-    import resource
-
-    ratio = n_conv / max(result.messages, 1)  # conversations per user message
-    per_chunk = [s["chunk_messages"] * ratio / s["seconds"] for s in samples if s["seconds"] > 0]
-    return {
-        "conversations": n_conv, "status": result.status, "seconds": round(total, 1),
-        "conversations_per_s": round(n_conv / total, 1),
-        "cpu_s": round(cpu, 1), "conversations_per_cpu_s": round(n_conv / cpu, 1),
-        "embed_s": round(timing["embed_s"], 1),
-        "median_chunk_conversations_per_s": round(statistics.median(per_chunk), 1) if per_chunk else None,
-        "user_messages": result.messages, "windows": result.windows, "new_events": result.new_events,
-        "per_category": result.per_category, "chunks": result.chunks,
-        "extract_s": round(timing["extract_s"], 1), "store_s": round(total - timing["extract_s"], 1),
-        "doubtful_pairs": result.stats.get("doubtful_rephrases", 0),
-        "embedded_pairs": result.stats.get("embedded_pairs", 0),
-        "embedded_texts": result.stats.get("embedded_texts", 0),
-        "over_embedding_budget": result.stats.get("embedding_over_budget", 0),
-        "embedder_load_s": round(load_s, 1),
-        "rss_before_mib": round(rss0 / 2**20), "rss_after_chunks_mib": [round(s["rss_mib"]) for s in samples],
-        "duckdb_after_chunks_mib": [round(s["duckdb_mib"]) for s in samples],
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "errors": result.errors[:5],
-        "store": "postgres" if str(db).startswith("postgresql://") else "duckdb",
-        "first_read_s": round(first_copy_s, 2), "messages": int(n_messages),
-        "first_read_rows_per_s": round(n_messages / first_copy_s) if first_copy_s else None,
-        "reports_cold_s": reports_cold, "reports_warm_s": reports_warm,
-    }
+        mirror = _store_figures(store, db, first_copy_s)
+    return _fast_report(n_conv, result, total, cpu, timing, load_s, rss0, samples) | mirror
 
 
 # ---------------------------------------------------------------------------- LLM
