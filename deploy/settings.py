@@ -20,7 +20,7 @@ import pydantic
 from pydantic.dataclasses import dataclass
 
 ENV_PREFIX = "ADVISOR_"
-SECRET_KEYS = {"admin_token", "session_secret", "api_key", "admin_password"}
+SECRET_KEYS = {"admin_token", "session_secret", "api_key", "admin_password", "url"}  # store.url may hold a password
 
 
 class SettingsError(ValueError):
@@ -31,6 +31,15 @@ class SettingsError(ValueError):
 class StoreSettings:
     # Database file; empty = `<data_dir>/advisor.duckdb`.
     path: str = ""
+    # A PostgreSQL database instead of the file (`postgresql://user:password@host:5432/advisor`):
+    # what several service replicas share (README, "Scaling out"). They must also share
+    # `data_dir` (adapters, run directories, reports) and `server.session_secret`.
+    url: str = pydantic.Field(default="", pattern=r"^(postgres(ql)?://.*)?$")
+    # Connections each process may open to PostgreSQL (chat threads, jobs, the analytics mirror).
+    pool_size: int = pydantic.Field(default=20, ge=2, le=500)
+    # How often a replica checks the scheduler lead and the live release (seconds): the longest a
+    # takeover or a promotion made on another replica takes to show here (notifications are faster).
+    coordination_s: float = pydantic.Field(default=2.0, gt=0, le=300)
 
 
 @dataclass
@@ -88,8 +97,8 @@ class ServerSettings:
 
 @dataclass
 class ScheduleSettings:
-    # Natural-feedback extraction inside the service, every N minutes (0 = off).
-    extract_every_minutes: int = pydantic.Field(default=10, ge=0)
+    # Natural-feedback extraction inside the service, every N minutes (0 = off; fractions for tests).
+    extract_every_minutes: float = pydantic.Field(default=10, ge=0)
     # Which extractor the scheduled run uses: fast (lexical cues + embeddings, no LLM), llm (the
     # serving backend, prompted), or both (each event records which one found it).
     extractor: Literal["fast", "llm", "both"] = "fast"
@@ -212,6 +221,15 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return Path(self.store.path).expanduser().resolve() if self.store.path else self.data_path / "advisor.duckdb"
+
+    @property
+    def store_target(self) -> str | Path:
+        """What `Store(...)` opens: the PostgreSQL URL when set, else the DuckDB file."""
+        return self.store.url or self.db_path
+
+    @property
+    def store_options(self) -> dict[str, Any]:
+        return {"pool_size": self.store.pool_size} if self.store.url else {}
 
     @property
     def steering_mode(self) -> str:

@@ -59,7 +59,7 @@ def cycle(
     config = CycleConfig.from_settings(settings, method=method.value if method else None,
                                        safety_filter=False if no_safety_filter else None, overrides=overrides)
     try:
-        store = Store(settings.db_path)
+        store = Store(settings.store_target, **settings.store_options)
     except StoreError as exc:
         err.print(f"[red]{exc}[/red]\nWith the service running, start the cycle there: `advisor cycle --url URL`, "
                   "or the operator tab's \"Start cycle\" button.")
