@@ -104,11 +104,14 @@ class CanaryPanel:
 
 
 def operator_panel(services: Any) -> PanelBuilder:
-    from deploy.release.canary import canary_overview, check_in_service, finish_in_service
+    from deploy.release.canary import canary_overview, finish_in_service
 
     def act(action: str) -> Any:
-        if action == "check":
-            return check_in_service(services)
+        if action == "check":  # the "canary" job now: mine the latest feedback, judge, act on the verdict
+            job = services.jobs.run_sync("canary", trigger="manual")
+            if job.status == "failed":
+                raise RuntimeError(job.error)
+            return job
         return finish_in_service(services, action, f"{action} by the operator", by="operator")
 
     return CanaryPanel(CanaryPanelDeps(overview=lambda: canary_overview(services.store, services.settings), act=act))

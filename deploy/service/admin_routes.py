@@ -161,10 +161,13 @@ def admin_canary_start(release_id: str, force: bool = Query(False), services: Se
 def admin_canary_action(action: Literal["check", "promote", "rollback", "stop"],
                         services: Services = Depends(services_of)) -> dict:
     """`check`: judge it now by the rule (and act on the verdict); the others end it by hand."""
-    from deploy.release.canary import check_in_service, finish_in_service, public_state
+    from deploy.release.canary import finish_in_service, public_state
 
-    if action == "check":
-        return _canary_call(check_in_service, services)
+    if action == "check":  # the "canary" job, here and now: mine the latest feedback, judge, act
+        job = services.jobs.run_sync("canary", trigger="api")
+        if job.status == "failed":
+            raise ApiError(409, job.error or "the canary check failed", code="canary_refused")
+        return {"job_id": job.id, "status": job.status, **(job.result or {})}
     release = _canary_call(finish_in_service, services, action, f"{action} by the operator", by="operator")
     return {"id": release.id, "status": release.status, "canary": public_state(release), "serving": services.release_id}
 
