@@ -122,7 +122,7 @@ def _simulate(url: str, prefer: str, users: int, seed: int) -> dict:
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     config = SimulationConfig(url=url, users=users, turns=5, seed=seed, preference=Preference(kind=prefer, length_words=22),
-                              verbosities=(0, 1), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, concurrency=2)
+                              verbosities=(0,), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, concurrency=2)
     return simulate(config).as_dict()
 
 
