@@ -10,7 +10,9 @@ Design choices:
   defaults (the caller's answer function sets them). Fixed prompts, none of them a corpus or
   simulator question, so the numbers compare across releases and runs.
 - Measures: verbosity → words in the answer; complexity → Flesch–Kincaid grade (textstat), 0 for
-  an empty answer. ρ is pooled over all grid rows of an attribute (as tests/test_acsft_steering.py
+  an empty answer. textstat's default English syllable counter downloads NLTK's CMUdict on first
+  use; nothing may be downloaded at run time, so the language is set to "en-US", which falls back
+  to Pyphen's shipped en_US dictionary (as `feedback.labeller` does: same formula, offline). ρ is pooled over all grid rows of an attribute (as tests/test_acsft_steering.py
   measures it), with average ranks for ties.
 - A constant measure (the same length at every value) has no defined ρ; it is counted as 0, the
   value of "the slider does nothing", so a model that ignores the slider scores 0, not "unknown".
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -61,14 +64,21 @@ class SteerRow:
         return measure(self.attribute, self.answer)
 
 
+@lru_cache(maxsize=1)
+def _readability():
+    from textstat.textstat import textstatistics
+
+    ts = textstatistics()
+    ts.set_lang("en-US")  # Pyphen syllables, offline (see the module docstring)
+    return ts
+
+
 def measure(attribute: str, text: str) -> float:
     """Words (verbosity) or Flesch–Kincaid grade (complexity) of an answer."""
     if attribute == "verbosity":
         return float(len(text.split()))
     if attribute == "complexity":
-        import textstat
-
-        return float(textstat.flesch_kincaid_grade(text)) if text.strip() else 0.0
+        return float(_readability().flesch_kincaid_grade(text)) if text.strip() else 0.0
     raise ValueError(f"no steering measure for {attribute!r}; steered attributes: {', '.join(ATTRIBUTES)}")
 
 

@@ -70,7 +70,7 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         assert stored["reasons"] == outcome.decision.reasons and all(stored["reasons"])
         # Both sides scored the same way; every axis has its interval of candidate − live.
         assert outcome.details["candidate"]["hh"]["scorer"] == outcome.details["live"]["hh"]["scorer"] == "loglik_mean"
-        assert set(outcome.intervals) == set(AXES) and stored["intervals"] == pytest.approx(outcome.intervals)
+        assert set(outcome.intervals) == set(AXES) and stored["intervals"] == outcome.intervals
         for axis in stored["axes"]:
             assert axis["low"] <= axis["diff"] + 1e-9 and axis["diff"] <= axis["high"] + 1e-9 and "95% CI" in axis["reason"]
         json.dumps(outcome.as_dict())
