@@ -10,7 +10,7 @@ Design choices:
   own status, timing and error, and the cycle's steps are one query away. The train step's row
   is also the training run's row (`launch_training(job_id=…)`).
 - A failing step stops the cycle with a message that names the step and says what to do; the
-  rows after it are never created. Nothing before the promote step changes which release is live
+  rows after it are never created. Nothing before the release step changes which release is live
   (the gate step only adds a candidate), so a cycle on empty or malformed data, or one that
   fails anywhere, leaves the live release serving as it was.
 - The build-sets step builds the training set into the report directory before anything
