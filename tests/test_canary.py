@@ -186,3 +186,37 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
         print(f"canary ({prefer} users): {verdict['action']}: {verdict['reason']}")
     finally:
         live.stop()
+
+
+def test_canary_state_lives_on_the_release_row(tmp_path):
+    """Start refuses a release without a passing gate decision; one canary at a time; ending it
+    records the outcome (rolled back: rejected; stopped: still a candidate), and the key is
+    never shown."""
+    from deploy.release.canary import finish, public_state, running_canary, start_canary
+    from deploy.release.registry import ReleaseError, ensure_base_release
+    from deploy.settings import load_settings
+    from feedback.store import Store
+
+    settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path)})
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with Store(settings.db_path) as store:
+        ensure_base_release(store, "base")
+        make = lambda decision: store.create_release(base_model="base", adapter_path=str(adapter), decision=decision)  # noqa: E731
+        failed, a, b = make({"promote": False}), make({"promote": True}), make({"promote": True})
+        with pytest.raises(ReleaseError, match="has not passed the gate"):
+            start_canary(store, None, failed.id, settings)
+        start_canary(store, None, a.id, settings)
+        with pytest.raises(ReleaseError, match=f"{a.id} is already the canary"):
+            start_canary(store, None, b.id, settings)
+        canary = running_canary(store)
+        assert canary.id == a.id and "key" not in public_state(canary) and len(canary.decision["canary"]["key"]) == 32
+        rolled = finish(store, None, canary, "rollback", "test")
+        assert rolled.status == "rejected" and rolled.decision["canary"]["state"] == "rolled_back"
+        assert running_canary(store) is None
+        start_canary(store, None, b.id, settings)
+        stopped = finish(store, None, running_canary(store), "stop", "by hand", by="operator")
+        assert stopped.status == "candidate" and stopped.decision["canary"]["ended_by"] == "operator"
+        with pytest.raises(ReleaseError, match="no running canary"):
+            finish(store, None, stopped, "promote", "again")
