@@ -163,7 +163,7 @@ class JobRegistry:
             return self.ctx.store.update_job(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
         current = self.ctx.store.get_job(job.id)
         merged = {**current.result, **result, **({"replica": self.replica} if self.replica else {})}
-        status = merged.pop("status", None) if merged.get("status") in ("skipped",) else None
+        status = merged.pop("status", None) if merged.get("status") in ("skipped", "cancelled") else None
         return self.ctx.store.update_job(job.id, status=status or "succeeded", result=merged)
 
 

@@ -111,6 +111,9 @@ class GenerationMeta:
     attributes: Attributes
     steering: str = "steerlm"
     release_id: str | None = None
+    # Which arm served the answer: "live", or "canary" while a canary release serves a share of
+    # users (JSON only: the `generations` view does not need it; reads use json_extract).
+    arm: str | None = None
     adapter: str | None = None
     temperature: float | None = None
     top_p: float | None = None
