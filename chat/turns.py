@@ -126,7 +126,9 @@ class Turn:
                 self.generation.cancel()
             stream = iter(self.generation)
             for delta in stream:
-                yield delta
+                # As the store keeps it (PostgreSQL's text cannot hold NUL): what the reader saw
+                # streaming is what the history shows afterwards.
+                yield delta.replace("\x00", "\ufffd")
         except (GeneratorExit, KeyboardInterrupt, SystemExit):
             self.cancel()
             raise
