@@ -224,4 +224,9 @@ def test_a_set_that_ignores_the_slider_is_rejected_on_steerability(builtin_model
     print("flat-slider candidate:", "; ".join(a.reason for a in outcome.decision.axes))
     assert not outcome.decision.promote and not steer.passed, steer.reason
     assert steer.high < 0 and steer.low < -settings.gate.steerability.tolerance  # it lost the slider, clearly
-    assert [a.axis for a in outcome.decision.axes if not a.passed] == ["steerability"], outcome.decision.summary()
+    # Steerability is the axis that failed clearly (its whole interval below zero). Helpfulness and
+    # harmlessness are measured on 13 and 20 prompts here, so their intervals are ±0.15 wide: they
+    # may fail non-inferiority too (the gate being cautious on little evidence), which varies with
+    # the CPU's arithmetic from one machine to the next and is not what this test is about.
+    failed = [a.axis for a in outcome.decision.axes if not a.passed]
+    assert "steerability" in failed, outcome.decision.summary()
