@@ -3,6 +3,7 @@
     advisor extract [--extractor fast|llm|both] [--chunk-size N] [--json]
     advisor extract --url http://HOST:PORT          (ask the running service to do it)
     advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--url URL --model NAME] [--json]
+    advisor extract reviews export --out FILE | precision   (operators' reviews: `deploy.cli.reviews`)
 
 Design choices:
 - The LLM kinds get a completion function made here, in the composition root: greedy decoding, no
@@ -30,6 +31,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploy.cli import reviews
 from deploy.cli.common import settings_of
 from deploy.settings import Settings
 
@@ -189,4 +191,5 @@ def register(app: typer.Typer) -> None:
                         invoke_without_command=True)
     group.callback(invoke_without_command=True)(extract)
     group.command("eval")(evaluate_cmd)
+    reviews.register(group)
     app.add_typer(group, name="extract")
