@@ -94,9 +94,9 @@ def register_jobs(registry: "JobRegistry") -> list[str]:
 
 def operator_panels(services: Any) -> list["PanelBuilder"]:
     """The operator screen's panels below its overview, top to bottom."""
-    from deploy.operator import audit, cycle, feedback, releases, serving, training
+    from deploy.operator import audit, cycle, feedback, releases, review, serving, training
 
-    return [module.operator_panel(services) for module in (feedback, serving, releases, training, cycle, audit)]
+    return [module.operator_panel(services) for module in (feedback, review, serving, releases, training, cycle, audit)]
 
 
 if __name__ == "__main__":
