@@ -4,6 +4,8 @@
     .venv/bin/python bench/extract_llm.py --model-dir DATA/models/smollm2-135m-instruct --limit 20
     # any OpenAI-compatible server (vLLM): quality with concurrent requests, and both speeds in one run
     .venv/bin/python bench/extract_llm.py --url http://127.0.0.1:8001/v1 --model NAME --limit 20 --speed
+    # the same against a vLLM CPU server this script starts on a model directory (.venv-vllm), then stops
+    .venv/bin/python bench/extract_llm.py --serve-vllm DATA/models/smollm2-135m-instruct --limit 8 --speed
 
 Quality: span and category precision/recall (Don-Yahiya et al.'s rules, `feedback.extract.evaluate`)
 with 95% bootstrap intervals over conversations, on the `--split` (default test) of
@@ -67,6 +69,24 @@ def _run(args: argparse.Namespace, conversations: list, batch_size: int) -> tupl
     return predictions, [a for batch in raw for a in batch], seconds, result
 
 
+def _serve_vllm(model_dir: Path, python: str, kv_cache_gib: float):
+    """A vLLM CPU server on a free port (as `tests/vllm_fixtures.py` starts one); (process, /v1 URL)."""
+    import socket
+
+    from deploy.serving.vllm import VLLMServerConfig, start_server, wait_healthy
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = VLLMServerConfig(model=str(model_dir), port=port, dtype="float32", max_model_len=8192, enable_lora=False,
+                           kv_cache_gib=kv_cache_gib, enforce_eager=True)
+    log = Path("/tmp") / f"extract-llm-vllm-{port}.log"
+    proc = start_server(cfg, python, log_path=log)
+    started = wait_healthy(cfg.base_url, 900, proc=proc, log_path=log)
+    print(f"vLLM up on {cfg.base_url} in {started:.0f}s (log {log})", file=sys.stderr)
+    return proc, cfg.base_url + "/v1"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", type=Path, help="A Hugging Face model directory (transformers, CPU).")
@@ -80,17 +100,34 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--speed", action="store_true", help="Also time batch_size=1 on the same conversations.")
     parser.add_argument("--raw", type=Path, help="Write every model answer here (JSON lines).")
+    parser.add_argument("--serve-vllm", type=Path, help="Start a vLLM CPU server on this model directory and use it.")
+    parser.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"))
+    parser.add_argument("--kv-cache-gib", type=float, default=2.0)
     args = parser.parse_args()
-    if not (args.url or args.model_dir):
-        parser.error("give --model-dir or --url")
+    if not (args.url or args.model_dir or args.serve_vllm):
+        parser.error("give --model-dir, --url or --serve-vllm")
+    server = None
+    if args.serve_vllm:
+        server, args.url = _serve_vllm(args.serve_vllm, args.vllm_python, args.kv_cache_gib)
+    try:
+        print(json.dumps(measure(args), indent=1))
+    finally:
+        if server is not None:
+            from deploy.serving.vllm import stop_server
+
+            stop_server(server)
+
+
+def measure(args: argparse.Namespace) -> dict:
     from feedback.extract import evaluate, load_gold
     from feedback.extract.gold import REAL_GOLD
 
     conversations = load_gold(REAL_GOLD, split=args.split)
     if args.limit:
         conversations = random.Random(args.sample_seed).sample(conversations, min(args.limit, len(conversations)))
-    report: dict = {"model": args.url and (args.model or "(server default)") or str(args.model_dir),
-                    "backend": "openai" if args.url else "transformers", "split": args.split,
+    report: dict = {"model": str(args.serve_vllm or args.model_dir or args.model or "(server default)"),
+                    "backend": ("vllm" if args.serve_vllm else "openai") if args.url else "transformers",
+                    "split": args.split,
                     "conversations": len(conversations), "sample_seed": args.sample_seed if args.limit else None,
                     "max_new_tokens": args.max_new_tokens}
     predictions, raw, seconds, result = _run(args, conversations, args.batch_size)
@@ -112,7 +149,7 @@ def main() -> None:
         with args.raw.open("w") as f:
             for conv, answer in zip(conversations, raw):  # one prompt per conversation, in order
                 f.write(json.dumps({"id": conv.id, "answer": answer}) + "\n")
-    print(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 Source: the prompt the authors released with their extraction code (github.com/shachardon/
 naturally_occurring_feedback, `prompt_prefix/improved_guidelines_with_format_json`, which their
-`extract_feedback.py` prepends to a conversation). `PAPER_PROMPT` is that file's text unchanged,
-typos and all, and the conversation is rendered as their script renders it: one line per turn,
+`extract_feedback.py` prepends to a conversation). Of the repository's variants (plain-text or JSON
+answers, with a confidence level, one-shot) it is the JSON one with neither extra; the paper's
+appendix itself could not be consulted when this was written, so which variant it prints is not
+confirmed. `PAPER_PROMPT` is that file's text unchanged, typos and all (its "[Insert ...]"
+placeholders too), and the conversation is rendered as their script renders it: one line per turn,
 `# user: ...` / `# assistant: ...`, every turn of the conversation, appended after the prompt. They
 wrapped it in Mixtral's `[INST] ... [/INST]`; here it is one user message, and the backend's chat
 template does the wrapping for whichever model serves it.
