@@ -19,8 +19,8 @@ Design choices:
 - A failing `complete` call is retried one prompt at a time, so one poisoned prompt costs that
   conversation only. If every prompt of a batch fails, the backend is down:
   `ExtractorUnavailable` stops the run before the watermark moves, and the next run retries.
-- Greedy decoding and 200 new tokens (the authors' script sampled at temperature 0.2 with 200):
-  greedy makes evaluation reproducible.
+- The caller decodes greedily with 200 new tokens (`extraction.max_new_tokens`; the authors' script
+  sampled at temperature 0.2 with 200): greedy makes evaluation reproducible.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from feedback.extract.prompt import MAX_MESSAGE_CHARS, MAX_PROMPT_CHARS, build_m
 from feedback.extract.types import BatchResult, ExtractorUnavailable, Span, Window, locate_span
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
-MAX_NEW_TOKENS = 200  # the authors' extract_feedback.py default
 
 
 class LLMExtractor:
