@@ -15,7 +15,9 @@ conversation per second is a prompt per second.
 
 Speed (`--speed`): the same conversations through the same extractor with `batch_size=1` (one
 request at a time) and with `--batch-size` (that many concurrent requests, which the server batches),
-timed back to back; both figures and their ratio are printed in the one JSON report. `--raw FILE`
+timed back to back; both figures and their ratio are printed in the one JSON report. A server this
+script starts runs without vLLM's prefix cache (`--prefix-cache` to keep it): with it, the second
+pass would find every prompt of the first already computed and look faster than it is. `--raw FILE`
 writes every model answer (JSON lines) to read what the model did.
 """
 
@@ -69,7 +71,7 @@ def _run(args: argparse.Namespace, conversations: list, batch_size: int) -> tupl
     return predictions, [a for batch in raw for a in batch], seconds, result
 
 
-def _serve_vllm(model_dir: Path, python: str, kv_cache_gib: float):
+def _serve_vllm(model_dir: Path, python: str, kv_cache_gib: float, prefix_cache: bool):
     """A vLLM CPU server on a free port (as `tests/vllm_fixtures.py` starts one); (process, /v1 URL)."""
     import socket
 
@@ -79,7 +81,8 @@ def _serve_vllm(model_dir: Path, python: str, kv_cache_gib: float):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cfg = VLLMServerConfig(model=str(model_dir), port=port, dtype="float32", max_model_len=8192, enable_lora=False,
-                           kv_cache_gib=kv_cache_gib, enforce_eager=True)
+                           kv_cache_gib=kv_cache_gib, enforce_eager=True,
+                           extra_args=() if prefix_cache else ("--no-enable-prefix-caching",))
     log = Path("/tmp") / f"extract-llm-vllm-{port}.log"
     proc = start_server(cfg, python, log_path=log)
     started = wait_healthy(cfg.base_url, 900, proc=proc, log_path=log)
@@ -103,12 +106,15 @@ def main() -> None:
     parser.add_argument("--serve-vllm", type=Path, help="Start a vLLM CPU server on this model directory and use it.")
     parser.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"))
     parser.add_argument("--kv-cache-gib", type=float, default=2.0)
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="Leave vLLM's prefix cache on (with --speed the second pass would reuse the first "
+                             "pass's prompts, so it is off by default).")
     args = parser.parse_args()
     if not (args.url or args.model_dir or args.serve_vllm):
         parser.error("give --model-dir, --url or --serve-vllm")
     server = None
     if args.serve_vllm:
-        server, args.url = _serve_vllm(args.serve_vllm, args.vllm_python, args.kv_cache_gib)
+        server, args.url = _serve_vllm(args.serve_vllm, args.vllm_python, args.kv_cache_gib, args.prefix_cache)
     try:
         print(json.dumps(measure(args), indent=1))
     finally:
@@ -126,6 +132,7 @@ def measure(args: argparse.Namespace) -> dict:
     if args.limit:
         conversations = random.Random(args.sample_seed).sample(conversations, min(args.limit, len(conversations)))
     report: dict = {"model": str(args.serve_vllm or args.model_dir or args.model or "(server default)"),
+                    "prefix_cache": bool(args.prefix_cache) if args.serve_vllm else None,
                     "backend": ("vllm" if args.serve_vllm else "openai") if args.url else "transformers",
                     "split": args.split,
                     "conversations": len(conversations), "sample_seed": args.sample_seed if args.limit else None,
