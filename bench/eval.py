@@ -88,7 +88,7 @@ def make_scorer(path: Path, kind: str, batch: BatchConfig):
     return LogLikelihoodScorer(model, tok, batch), tok, model
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="hh-rlhf directory (e.g. ../shared/data/hh-rlhf)")
     ap.add_argument("--model", help="model directory (default: built-in, else its shape with random weights)")
@@ -105,40 +105,27 @@ def main() -> None:
     ap.add_argument("--no-share", action="store_true", help="turn prompt sharing off (for comparison)")
     ap.add_argument("--full", action="store_true", help="also time all 8,552 pairs")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
-    import torch
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    info = machine()
-    print("machine:", json.dumps(info), flush=True)
-
-    path, kind = model_dir(args)
-    batch = BatchConfig(max_length=args.max_length, max_tokens=args.max_tokens, bf16=args.bf16,
-                        share_prompts=not args.no_share, workers=args.workers)
-    scorer, tok, model = make_scorer(path, args.scorer, batch)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"model: {path} ({kind}), {params / 1e6:.2f}M parameters, scorer {args.scorer}, "
-          f"bf16 {args.bf16}, prompt sharing {not args.no_share}, workers {args.workers}, "
-          f"max tokens/batch {args.max_tokens}", flush=True)
-
-    # Exact token count of the full run, for the extrapolation.
+def full_run_size(args: argparse.Namespace, tok, batch) -> tuple[dict, int, float]:
+    """Every HH pair, the exact number of model tokens scoring them takes, and the tokenizing time."""
     everything = load_hh(args.data)
     all_pairs = [p for s in everything.values() for p in s.pairs]
     t0 = time.perf_counter()
-    share = batch.share_prompts
     rows, _ = encode_rows(tok, [p.prompt for p in all_pairs] + [p.rejected_prompt or p.prompt for p in all_pairs],
-                          [p.chosen for p in all_pairs] + [p.rejected for p in all_pairs], batch, share=share)
+                          [p.chosen for p in all_pairs] + [p.rejected for p in all_pairs], batch,
+                          share=batch.share_prompts)
     encode_s = time.perf_counter() - t0
     passes = 2 if args.scorer == "implicit" else 1
     full_tokens = sum(r.length for r in rows) * passes
     print(f"full run: {len(all_pairs):,} pairs, {full_tokens:,} model tokens ({passes} pass(es)); "
           f"rendering + tokenizing took {encode_s:.1f} s", flush=True)
+    return everything, full_tokens, encode_s
 
+
+def timed_sample(args: argparse.Namespace, scorer) -> tuple[int, float, float, float]:
+    """Score the seeded sample `repeats` times; (pairs, median pairs/s, tokens/s, tokens/CPU-s)."""
     sample = load_hh(args.data, limit=args.limit, seed=0)
     n = sum(len(s.pairs) for s in sample.values())
     pairs_s, tokens_s, tokens_cpu_s = [], [], []
@@ -153,32 +140,56 @@ def main() -> None:
         print(f"repeat {r + 1}: {n} pairs in {dt:.1f} s = {n / dt:.2f} pairs/s, {scorer.stats.tokens / dt:,.0f} tokens/s, "
               f"{scorer.stats.tokens / dc:,.0f} tokens/CPU-s (padding {1 - scorer.stats.tokens / scorer.stats.padded_tokens:.1%})",
               flush=True)
-    med_pairs, med_tokens, med_cpu = statistics.median(pairs_s), statistics.median(tokens_s), statistics.median(tokens_cpu_s)
-    estimate = full_tokens / med_tokens + encode_s
+    return n, statistics.median(pairs_s), statistics.median(tokens_s), statistics.median(tokens_cpu_s)
+
+
+def full_run(everything: dict, scorer, cores: int) -> dict:
+    """Score all 8,552 pairs once; accuracy per subset and the time it took."""
+    n = sum(len(s.pairs) for s in everything.values())
+    scorer.stats.__init__()
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = evaluate_hh(everything, scorer)
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    print(f"full run measured: {n:,} pairs in {dt / 60:.1f} min ({n / dt:.2f} pairs/s), "
+          f"{dc / 60:.1f} CPU-min (idle {cores}-core machine: ~{dc / cores / 60:.1f} min); "
+          f"helpful {report.helpful:.3f} harmless {report.harmless:.3f} mean {report.mean:.3f}", flush=True)
+    return {"full_run_s": round(dt, 1), "full_run_cpu_s": round(dc, 1), "full_pairs_per_s": round(n / dt, 2),
+            "full_accuracy": {k: v for k, v in report.as_dict().items() if k != "counts"}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    info = machine()
+    print("machine:", json.dumps(info), flush=True)
+    path, kind = model_dir(args)
+    batch = BatchConfig(max_length=args.max_length, max_tokens=args.max_tokens, bf16=args.bf16,
+                        share_prompts=not args.no_share, workers=args.workers)
+    scorer, tok, model = make_scorer(path, args.scorer, batch)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"model: {path} ({kind}), {params / 1e6:.2f}M parameters, scorer {args.scorer}, bf16 {args.bf16}, "
+          f"prompt sharing {not args.no_share}, workers {args.workers}, max tokens/batch {args.max_tokens}", flush=True)
+    everything, full_tokens, encode_s = full_run_size(args, tok, batch)
+    n, med_pairs, med_tokens, med_cpu = timed_sample(args, scorer)
     cores = min(max(args.workers, args.threads or 1), os.cpu_count() or 1)
-    idle_estimate = full_tokens / (med_cpu * cores) + encode_s
+    estimate, idle_estimate = full_tokens / med_tokens + encode_s, full_tokens / (med_cpu * cores) + encode_s
     result = {"machine": info, "model": str(path), "model_kind": kind, "parameters": params, "scorer": args.scorer,
-              "bf16": args.bf16, "prompt_sharing": share, "workers": args.workers, "max_tokens": args.max_tokens,
-              "sample_pairs": n, "repeats": args.repeats,
+              "bf16": args.bf16, "prompt_sharing": batch.share_prompts, "workers": args.workers,
+              "max_tokens": args.max_tokens, "sample_pairs": n, "repeats": args.repeats,
               "median_pairs_per_s": round(med_pairs, 2), "median_tokens_per_s": round(med_tokens),
-              "full_pairs": len(all_pairs), "full_tokens": full_tokens,
+              "full_pairs": sum(len(s.pairs) for s in everything.values()), "full_tokens": full_tokens,
               "estimated_full_run_s": round(estimate, 1), "median_tokens_per_cpu_s": round(med_cpu),
               "estimated_full_run_idle_s": round(idle_estimate, 1), "idle_cores": cores}
-    print(f"median: {med_pairs:.2f} pairs/s, {med_tokens:,.0f} tokens/s -> estimated full run "
-          f"{estimate / 60:.1f} min ({estimate:.0f} s, tokens-based; pairs-based {len(all_pairs) / med_pairs / 60:.1f} min)",
-          flush=True)
-    print(f"median {med_cpu:,.0f} tokens/CPU-s -> on an idle machine with {cores} core(s): "
-          f"{idle_estimate / 60:.1f} min ({idle_estimate:.0f} s)", flush=True)
+    print(f"median: {med_pairs:.2f} pairs/s, {med_tokens:,.0f} tokens/s -> estimated full run {estimate / 60:.1f} min; "
+          f"{med_cpu:,.0f} tokens/CPU-s -> idle {cores}-core machine: {idle_estimate / 60:.1f} min", flush=True)
     if args.full:
-        scorer.stats.__init__()
-        t0, c0 = time.perf_counter(), time.process_time()
-        report = evaluate_hh(everything, scorer)
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        result.update(full_run_s=round(dt, 1), full_run_cpu_s=round(dc, 1), full_pairs_per_s=round(len(all_pairs) / dt, 2),
-                      full_accuracy={k: v for k, v in report.as_dict().items() if k != "counts"})
-        print(f"full run measured: {len(all_pairs):,} pairs in {dt / 60:.1f} min ({len(all_pairs) / dt:.2f} pairs/s), "
-              f"{dc / 60:.1f} CPU-min (idle {cores}-core machine: ~{dc / cores / 60:.1f} min); "
-              f"helpful {report.helpful:.3f} harmless {report.harmless:.3f} mean {report.mean:.3f}", flush=True)
+        result.update(full_run(everything, scorer, cores))
     result["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     if args.json:
         print(json.dumps(result))

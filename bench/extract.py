@@ -12,6 +12,11 @@
    resident memory after each chunk plus the peak (flat memory = no growth with N).
 2. LLM extractor on the built-in model (built on first use into --model-data-dir, minutes): the
    same windows from the gold dev split, batched vs one prompt at a time, 3 repeats each, medians.
+3. With `--store postgres` the log goes into a real PostgreSQL server started for the run (fsync
+   on), and extraction reads it the way a replica does: through the store's analytics mirror (an
+   in-memory DuckDB fed by COPY, `feedback/store/mirror.py`). Reported besides: the mirror's
+   first full copy (rows/s), and the latency of the operator's overview reports at that size,
+   cold (right after extraction wrote its events) and warm (nothing changed) — on either store.
 Prints the machine first. Numbers from a shared or busy machine are noisy: the load average is
 printed with them.
 """
@@ -68,8 +73,9 @@ DETAILS = ("I'm {n}.", "We have {n} kids.", "It's been {n} weeks.", "I earn abou
            "My budget is {n}0 dollars.", "I live {n} km from work.")
 
 
-def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
-    """Bulk-load `n` conversations into a fresh store at `path` (seq in parent-before-child order)."""
+def generate(path: Path | str, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
+    """Bulk-load `n` conversations into a fresh store at `path` (a DuckDB file or a PostgreSQL URL;
+    seq in parent-before-child order)."""
     from feedback.store import Store
     from tools.data.gold_topics import TOPICS
     from tools.data.make_dev_gold import CHECK_QUESTION, REPLY_PREFIX, _Composer
@@ -83,7 +89,8 @@ def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     n_messages = 0
     # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helpers.
     with Store(path) as store:
-        store._execute("SET threads TO 1")  # nextval() in row order
+        if store.dialect == "duckdb":
+            store._execute("SET threads TO 1")  # nextval() in row order (PostgreSQL's COPY: row order already)
         for lo in range(0, n, batch):
             users, convs, msgs = set(), {k: [] for k in ("id", "user_id", "title", "created_at")}, {
                 k: [] for k in ("id", "conversation_id", "parent_id", "role", "content", "created_at")}
@@ -118,8 +125,9 @@ def generate(path: Path, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
         if bad[0][0]:
             raise SystemExit(f"generated log is not in parent-before-child seq order ({bad[0][0]} rows)")
         n_user = store._analytics("SELECT count(*) FROM messages WHERE role = 'user'")[0][0]
+    size = round(path.stat().st_size / 2**20, 1) if isinstance(path, Path) else None
     return {"conversations": n, "messages": n_messages, "user_messages": int(n_user),
-            "seconds": round(time.perf_counter() - t0, 1), "file_mib": round(path.stat().st_size / 2**20, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), "file_mib": size}
 
 
 # ---------------------------------------------------------------------------- fast run (child process)
@@ -134,7 +142,57 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
+def report_latency(store) -> dict:
+    """Seconds for the operator's overview reports (stats, counts over time, feedback prevalence)."""
+    from feedback.store import reports
+
+    t = time.perf_counter()
+    reports.overview(store)
+    reports.counts_over_time(store, days=30)
+    reports.feedback_prevalence(store, days=30)
+    return round(time.perf_counter() - t, 3)
+
+
+def _fast_report(n_conv: int, result, total: float, cpu: float, timing: dict, load_s: float, rss0: int,
+                 samples: list[dict]) -> dict:
+    """The fast run's figures, from what `run_fast` measured."""
+    import resource
+
+    ratio = n_conv / max(result.messages, 1)  # conversations per user message
+    per_chunk = [s["chunk_messages"] * ratio / s["seconds"] for s in samples if s["seconds"] > 0]
+    return {
+        "conversations": n_conv, "status": result.status, "seconds": round(total, 1),
+        "conversations_per_s": round(n_conv / total, 1),
+        "cpu_s": round(cpu, 1), "conversations_per_cpu_s": round(n_conv / cpu, 1),
+        "embed_s": round(timing["embed_s"], 1),
+        "median_chunk_conversations_per_s": round(statistics.median(per_chunk), 1) if per_chunk else None,
+        "user_messages": result.messages, "windows": result.windows, "new_events": result.new_events,
+        "per_category": result.per_category, "chunks": result.chunks,
+        "extract_s": round(timing["extract_s"], 1), "store_s": round(total - timing["extract_s"], 1),
+        "doubtful_pairs": result.stats.get("doubtful_rephrases", 0),
+        "embedded_pairs": result.stats.get("embedded_pairs", 0),
+        "embedded_texts": result.stats.get("embedded_texts", 0),
+        "over_embedding_budget": result.stats.get("embedding_over_budget", 0),
+        "embedder_load_s": round(load_s, 1),
+        "rss_before_mib": round(rss0 / 2**20), "rss_after_chunks_mib": [round(s["rss_mib"]) for s in samples],
+        "duckdb_after_chunks_mib": [round(s["duckdb_mib"]) for s in samples],
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "errors": result.errors[:5],
+    }
+
+
+def _store_figures(store, db: Path | str, first_read_s: float) -> dict:
+    """The store's side: which one, its first analytics read (on PostgreSQL the mirror's full copy)
+    and the operator reports' latency, cold then warm."""
+    cold, warm = report_latency(store), report_latency(store)
+    n_messages = int(store._analytics("SELECT count(*) FROM messages")[0][0])
+    return {"store": "postgres" if str(db).startswith("postgresql://") else "duckdb",
+            "first_read_s": round(first_read_s, 2), "messages": n_messages,
+            "first_read_rows_per_s": round(n_messages / first_read_s) if first_read_s else None,
+            "reports_cold_s": cold, "reports_warm_s": warm}
+
+
+def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
     """Runs in a child pinned to one core; returns the measurements."""
     import psutil
     import torch
@@ -147,8 +205,6 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
 
     proc = psutil.Process()
     extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
-    # Only the rules' reading calls the embedding model; the default classifier path never loads it.
-    embeddings = embeddings and extractor.model is None
     t = time.perf_counter()
     if embeddings:
         extractor.embedder(["warm up the embedding model"])  # loaded once, as in the service
@@ -178,8 +234,11 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
     extractor.extract = timed  # type: ignore[method-assign]
     samples: list[dict] = []
     with Store(db) as store:
-        store._execute("SET threads TO 1")  # settings, DuckDB's memory: no typed API, so private helpers
-        n_conv = store.stats()["rows"]["conversations"]
+        # Settings, DuckDB's memory: no typed API, so private helpers (on PostgreSQL: the mirror's DuckDB).
+        (store._execute if store.dialect == "duckdb" else store._analytics)("SET threads TO 1")
+        t = time.perf_counter()
+        n_conv = store.stats()["rows"]["conversations"]  # on PostgreSQL: the mirror's first, full copy
+        first_copy_s = time.perf_counter() - t
         rss0 = proc.memory_info().rss
         last = [time.perf_counter(), 0]
 
@@ -197,29 +256,8 @@ def run_fast(db: Path, chunk_size: int, embeddings: bool = True) -> dict:
                                 progress=progress)
         total = time.perf_counter() - t
         cpu = _cpu_seconds() - cpu0
-    import resource
-
-    ratio = n_conv / max(result.messages, 1)  # conversations per user message
-    per_chunk = [s["chunk_messages"] * ratio / s["seconds"] for s in samples if s["seconds"] > 0]
-    return {
-        "conversations": n_conv, "status": result.status, "seconds": round(total, 1),
-        "conversations_per_s": round(n_conv / total, 1),
-        "cpu_s": round(cpu, 1), "conversations_per_cpu_s": round(n_conv / cpu, 1),
-        "embed_s": round(timing["embed_s"], 1),
-        "median_chunk_conversations_per_s": round(statistics.median(per_chunk), 1) if per_chunk else None,
-        "user_messages": result.messages, "windows": result.windows, "new_events": result.new_events,
-        "per_category": result.per_category, "chunks": result.chunks,
-        "extract_s": round(timing["extract_s"], 1), "store_s": round(total - timing["extract_s"], 1),
-        "doubtful_pairs": result.stats.get("doubtful_rephrases", 0),
-        "embedded_pairs": result.stats.get("embedded_pairs", 0),
-        "embedded_texts": result.stats.get("embedded_texts", 0),
-        "over_embedding_budget": result.stats.get("embedding_over_budget", 0),
-        "embedder_load_s": round(load_s, 1),
-        "rss_before_mib": round(rss0 / 2**20), "rss_after_chunks_mib": [round(s["rss_mib"]) for s in samples],
-        "duckdb_after_chunks_mib": [round(s["duckdb_mib"]) for s in samples],
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "errors": result.errors[:5],
-    }
+        mirror = _store_figures(store, db, first_copy_s)
+    return _fast_report(n_conv, result, total, cpu, timing, load_s, rss0, samples) | mirror
 
 
 # ---------------------------------------------------------------------------- LLM
@@ -285,7 +323,9 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=None,
                         help="Use this model directory instead of the built-in model (e.g. a tiny random one).")
     parser.add_argument("--phase", choices=["fast"], help=argparse.SUPPRESS)
-    parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--store", choices=["duckdb", "postgres"], default="duckdb",
+                        help="where the generated log goes (postgres: a server started for the run)")
     args = parser.parse_args()
 
     if args.phase == "fast":
@@ -299,6 +339,13 @@ def main() -> None:
         db = workdir / "bench.duckdb"
         if db.exists():
             db.unlink()
+        pg = None
+        if args.store == "postgres":
+            sys.path.insert(0, str(REPO / "tests"))
+            from pg_server import PostgresServer
+
+            pg = PostgresServer.start(durable=True)
+            db = pg.create_database()
         print(f"generating {args.conversations:,} conversations into {db} ...", flush=True)
         report["log"] = generate(db, args.conversations)
         print("log:", json.dumps(report["log"]), flush=True)
@@ -308,8 +355,13 @@ def main() -> None:
         if child.returncode != 0:
             print(child.stderr[-3000:], file=sys.stderr)
             raise SystemExit("the fast run failed")
+        if pg is not None:
+            pg.stop()
         fast = json.loads(child.stdout.strip().splitlines()[-1])
         report["fast"] = fast
+        print(f"store {fast['store']}: first read of {fast['messages']:,} messages {fast['first_read_s']} s "
+              f"({fast['first_read_rows_per_s']:,} rows/s); operator overview reports at this size: cold "
+              f"{fast['reports_cold_s']} s, warm {fast['reports_warm_s']} s")
         rss = fast["rss_after_chunks_mib"]
         print(f"fast extractor, one core: {fast['conversations_per_s']:,.0f} conversations/s wall-clock "
               f"(median per chunk {fast['median_chunk_conversations_per_s']:,.0f}), "

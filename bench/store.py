@@ -17,8 +17,14 @@ index inserts must not slow down as it grows):
      8 ms before reading gains the same), so the two parts are reported apart;
   3. logging cost as a share of generation time (target: under 2% until stored).
 
+With `--store postgres` (or `both`) the logging runs (1.) also go to a real PostgreSQL server
+started for the run (Debian's binaries, fsync and synchronous commit on: the server's defaults),
+on the same machine, over TCP on 127.0.0.1: what a turn costs a replica of a scaled-out service.
+`--gen-turns 0` skips the paired generation runs (2., 3.), which only the DuckDB file takes.
+
 Prints the machine (CPU model, cores, load) first, then medians and ratios.
 Run: .venv/bin/python bench/store.py [--data-dir .cache/test | --model-dir DIR] [--turns 400] [--gen-turns 300] [--prefill 100000]
+                                     [--store duckdb|postgres|both]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -121,6 +128,8 @@ def prefill(store: Store, turns: int) -> None:
     """`turns` past question/answer pairs, one conversation each, written in bulk."""
     if turns <= 0:
         return
+    if store.dialect == "postgres":
+        return prefill_postgres(store, turns)
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
     store.ensure_user("past")
@@ -135,8 +144,32 @@ def prefill(store: Store, turns: int) -> None:
     store._execute("CHECKPOINT")  # measure from a settled file, not from a WAL holding the bulk load
 
 
-def bench_logging(turns: int, threads: int, past: int) -> tuple[float, list[float]]:
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
+def prefill_postgres(store: Store, turns: int) -> None:
+    """The same rows on PostgreSQL (generate_series), then VACUUM ANALYZE: a settled table."""
+    meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
+                          prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
+    store.ensure_user("past")
+    with store.transaction():
+        store._execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
+                       "FROM generate_series(0, ? - 1) AS t(i)", [turns])
+        store._execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
+                       "SELECT 'past-m' || i, 'past-c' || (i / 2), CASE WHEN i % 2 = 1 THEN 'past-m' || (i - 1) END, "
+                       "CASE WHEN i % 2 = 1 THEN 'assistant' ELSE 'user' END, ?, "
+                       "CASE WHEN i % 2 = 1 THEN CAST(? AS jsonb) END FROM generate_series(0, ? - 1) AS t(i) ORDER BY i",
+                       [ANSWER, meta, 2 * turns])
+    for table in ("conversations", "messages", "users"):
+        store._execute(f"VACUUM ANALYZE {table}")
+
+
+def open_store(tmp: str, backend: str, pg: Any = None) -> Store:
+    if backend == "postgres":
+        return Store(pg.create_database(), pool_size=16)
+    return Store(Path(tmp) / "bench.duckdb")
+
+
+def bench_logging(turns: int, threads: int, past: int, backend: str = "duckdb",
+                  pg: Any = None) -> tuple[float, list[float]]:
+    with tempfile.TemporaryDirectory() as tmp, open_store(tmp, backend, pg) as store:
         prefill(store, past)
         ctx = TurnContext(store=store, backend=InstantBackend(), steering="steerlm", source="cli")
         log_turns(ctx, "warmup", 5, [])
@@ -228,16 +261,17 @@ def main() -> None:
     parser.add_argument("--gen-turns", type=int, default=300,
                         help="paired turns generated on the built-in model (the pairs differ by milliseconds of jitter: use hundreds)")
     parser.add_argument("--prefill", type=int, default=100_000, help="past turns in the store before measuring")
+    parser.add_argument("--store", choices=["duckdb", "postgres", "both"], default="duckdb",
+                        help="where the logging runs write (postgres: a server started for the run)")
     args = parser.parse_args()
 
     print("machine:", machine())
-    print(f"store: a fresh DuckDB file holding {args.prefill:,} past turns")
-    rate1, lat1 = bench_logging(args.turns, 1, args.prefill)
-    rate8, lat8 = bench_logging(args.turns, 8, args.prefill)
-    p50, p99 = pct(lat1, 0.5) * 1000, pct(lat1, 0.99) * 1000
-    print(f"logging, 1 thread : {rate1:7.1f} turns/s   p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   (n={len(lat1)})")
-    print(f"logging, 8 threads: {rate8:7.1f} turns/s   p50 {pct(lat8, 0.5) * 1000:6.1f} ms   p99 {pct(lat8, 0.99) * 1000:6.1f} ms   "
-          f"(n={len(lat8)}; writes are serialised, so latency includes queueing)")
+    p50 = None
+    for backend in (["duckdb", "postgres"] if args.store == "both" else [args.store]):
+        lat1 = logging_runs(backend, args)
+        p50 = pct(lat1, 0.5) * 1000 if backend == "duckdb" else p50
+    if args.gen_turns <= 0 or p50 is None:
+        return
 
     plain_ms, extra_ms, info = bench_generation(args.data_dir, args.gen_turns, args.model_dir, args.prefill)
     gen_med = statistics.median(plain_ms)
@@ -252,8 +286,33 @@ def main() -> None:
         shares[what] = statistics.median(xs) / gen_med
         print(f"logging adds {label}: median {statistics.median(xs):+.1f} ms per pair "
               f"(95% CI {lo:+.1f} … {hi:+.1f}; p25 {pct(xs, 0.25):+.1f}, p75 {pct(xs, 0.75):+.1f}) = {shares[what]:.2%}")
-    print(f"logging / generation: {p50 / gen_med:.2%} all logging work (isolated p50, overlapped or not); "
+    print(f"logging / generation (DuckDB): {p50 / gen_med:.2%} all logging work (isolated p50, overlapped or not); "
           f"{shares['stored']:.2%} added until stored   target < 2%: {'met' if shares['stored'] < 0.02 else 'NOT met'}")
+
+
+def logging_runs(backend: str, args: argparse.Namespace) -> list[float]:
+    """Logging alone, from 1 and from 8 threads, on one backend; prints and returns the 1-thread latencies."""
+    pg = None
+    if backend == "postgres":
+        sys.path.insert(0, str(REPO / "tests"))
+        from pg_server import PostgresServer
+
+        pg = PostgresServer.start(durable=True)
+        print(f"store: PostgreSQL (fsync on, 127.0.0.1) holding {args.prefill:,} past turns")
+    else:
+        print(f"store: a fresh DuckDB file holding {args.prefill:,} past turns")
+    try:
+        rate1, lat1 = bench_logging(args.turns, 1, args.prefill, backend, pg)
+        rate8, lat8 = bench_logging(args.turns, 8, args.prefill, backend, pg)
+    finally:
+        if pg is not None:
+            pg.stop()
+    queueing = "writes are serialised, so latency includes queueing" if backend == "duckdb" else "concurrent writers"
+    print(f"[{backend}] logging, 1 thread : {rate1:7.1f} turns/s   p50 {pct(lat1, 0.5) * 1000:6.1f} ms   "
+          f"p99 {pct(lat1, 0.99) * 1000:6.1f} ms   (n={len(lat1)})")
+    print(f"[{backend}] logging, 8 threads: {rate8:7.1f} turns/s   p50 {pct(lat8, 0.5) * 1000:6.1f} ms   "
+          f"p99 {pct(lat8, 0.99) * 1000:6.1f} ms   (n={len(lat8)}; {queueing})")
+    return lat1
 
 
 if __name__ == "__main__":

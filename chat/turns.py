@@ -52,6 +52,12 @@ class TurnContext:
     release_of: Callable[[str | None], str | None] | None = None
     max_chars: int = MAX_MESSAGE_CHARS
     source: str = "ui"  # ui | api | openai | cli | simulator (stored on new conversations)
+    # Which arm serves a user while a canary runs: user id -> (adapter to pin, None = the active
+    # one; arm label stored with the answer). None: everyone gets the active adapter, arm "live".
+    route: Callable[[str], tuple[str | None, str]] | None = None
+
+    def arm_of(self, user_id: str) -> tuple[str | None, str]:
+        return self.route(user_id) if self.route is not None else (None, "live")
 
     def __post_init__(self) -> None:
         check_mode(self.steering)
@@ -77,8 +83,10 @@ class Turn:
 
     def __init__(self, ctx: TurnContext, *, conversation_id: str, user_message: Message,
                  new_conversation: bool, attributes: Attributes, params: SamplingParams,
-                 generation: Generation | None = None, start_error: Exception | None = None) -> None:
+                 generation: Generation | None = None, start_error: Exception | None = None,
+                 arm: tuple[str | None, str] = (None, "live")) -> None:
         self.ctx = ctx
+        self.adapter, self.arm = arm  # the adapter pinned for this user's arm (None: the active one)
         self.conversation_id = conversation_id
         self.user_message = user_message
         self.new_conversation = new_conversation
@@ -112,12 +120,15 @@ class Turn:
                 return
             if self.generation is None:
                 thread = self.ctx.store.thread(self.conversation_id, self.user_message.id)
-                self.generation = _start_generation(self.ctx, history(thread), self.attributes, self.params)
+                self.generation = _start_generation(self.ctx, history(thread), self.attributes, self.params,
+                                                    self.adapter)
             if self._cancel.is_set():  # cancelled between submit and start
                 self.generation.cancel()
             stream = iter(self.generation)
             for delta in stream:
-                yield delta
+                # As the store keeps it (PostgreSQL's text cannot hold NUL): what the reader saw
+                # streaming is what the history shows afterwards.
+                yield delta.replace("\x00", "\ufffd")
         except (GeneratorExit, KeyboardInterrupt, SystemExit):
             self.cancel()
             raise
@@ -150,6 +161,7 @@ class Turn:
             model=gen.model if gen is not None else _model_name(backend),
             adapter=gen.adapter if gen is not None else backend.active_adapter,
             release_id=self._release_id(gen),
+            arm=self.arm,
             attributes=self.attributes,
             steering=self.ctx.steering,
             temperature=self.params.temperature,
@@ -210,16 +222,19 @@ def send(
         def store_question() -> Message:
             return store.add_message(conversation_id, "user", text, parent_id=parent_id)
     return _submit(ctx, prior, text, store_question, new_conversation=conversation_id is None,
-                   attributes=attributes, params=params)
+                   attributes=attributes, params=params, user_id=user_id)
 
 
 def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: Callable[[], Message], *,
-            new_conversation: bool, attributes: Attributes | None, params: SamplingParams | None) -> Turn:
+            new_conversation: bool, attributes: Attributes | None, params: SamplingParams | None,
+            user_id: str) -> Turn:
     """Start generating, then store the question while the model reads its prompt."""
     attributes, params = attributes or Attributes(), params or SamplingParams()
+    arm = ctx.arm_of(user_id)
     generation, start_error = None, None
     try:
-        generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes, params)
+        generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes, params,
+                                       arm[0])
     except Exception as exc:  # still store the question; the failure is logged as its answer
         start_error = exc
     try:
@@ -230,12 +245,14 @@ def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: C
         raise
     return Turn(ctx, conversation_id=question.conversation_id, user_message=question,
                 new_conversation=new_conversation, attributes=attributes, params=params,
-                generation=generation, start_error=start_error)
+                generation=generation, start_error=start_error, arm=arm)
 
 
 def _start_generation(ctx: TurnContext, messages: list[dict], attributes: Attributes,
-                      params: SamplingParams) -> Generation:
-    return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params)
+                      params: SamplingParams, adapter: str | None = None) -> Generation:
+    if adapter is None:  # the active adapter: backends that predate arms need not take the keyword
+        return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params)
+    return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params, adapter=adapter)
 
 
 def edit(
@@ -250,7 +267,7 @@ def edit(
     prior = ctx.store.thread(original.conversation_id, original.parent_id) if original.parent_id else []
     return _submit(ctx, prior, text,
                    lambda: ctx.store.add_message(original.conversation_id, "user", text, parent_id=original.parent_id),
-                   new_conversation=False, attributes=attributes, params=params)
+                   new_conversation=False, attributes=attributes, params=params, user_id=user_id)
 
 
 def regenerate(
@@ -269,4 +286,4 @@ def regenerate(
     else:
         raise InvalidInput("Only answers can be regenerated.")
     return Turn(ctx, conversation_id=question.conversation_id, user_message=question, new_conversation=False,
-                attributes=attributes or Attributes(), params=params or SamplingParams())
+                attributes=attributes or Attributes(), params=params or SamplingParams(), arm=ctx.arm_of(user_id))

@@ -84,9 +84,9 @@ def register_commands(app: "typer.Typer") -> None:
 
 def register_jobs(registry: "JobRegistry") -> list[str]:
     """The service's job kinds (scheduled and manual); returns the modules that registered."""
-    from deploy.loop import cycle, extraction, privacy, training
+    from deploy.loop import cycle_jobs, extraction, privacy, training
 
-    modules = (extraction, training, cycle, privacy)  # cycle: the "cycle" and "gate" jobs
+    modules = (extraction, training, cycle_jobs, privacy)  # cycle_jobs: the "cycle", "gate" and "canary" jobs
     for module in modules:
         module.register_jobs(registry, registry.ctx)
     return [m.__name__ for m in modules]
@@ -94,9 +94,10 @@ def register_jobs(registry: "JobRegistry") -> list[str]:
 
 def operator_panels(services: Any) -> list["PanelBuilder"]:
     """The operator screen's panels below its overview, top to bottom."""
-    from deploy.operator import audit, cycle, feedback, releases, review, serving, training
+    from deploy.operator import audit, canary, controls, cycle, feedback, releases, review, serving, training
 
-    return [module.operator_panel(services) for module in (feedback, review, serving, releases, training, cycle, audit)]
+    modules = (feedback, review, serving, releases, canary, controls, training, cycle, audit)
+    return [module.operator_panel(services) for module in modules]
 
 
 if __name__ == "__main__":

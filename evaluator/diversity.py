@@ -45,9 +45,15 @@ def max_bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Seq
     return sum(best) / len(best)
 
 
-def self_bleu(texts: Sequence[str]) -> float:
-    """Mean sentence BLEU of each text against all the others (multi-reference)."""
+def self_bleu_scores(texts: Sequence[str]) -> list[float]:
+    """Each text's sentence BLEU against all the others (multi-reference): Self-BLEU per text,
+    which the gate pairs by prompt for its bootstrap interval."""
     if len(texts) < 2:
         raise ValueError(f"Self-BLEU needs at least two texts, got {len(texts)}")
-    scores = [sentence_bleu(t, [o for j, o in enumerate(texts) if j != i]) for i, t in enumerate(texts)]
+    return [sentence_bleu(t, [o for j, o in enumerate(texts) if j != i]) for i, t in enumerate(texts)]
+
+
+def self_bleu(texts: Sequence[str]) -> float:
+    """Mean sentence BLEU of each text against all the others (multi-reference)."""
+    scores = self_bleu_scores(texts)
     return sum(scores) / len(scores)

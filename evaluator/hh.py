@@ -84,21 +84,34 @@ def score_pairs(pairs: Sequence[HHPair], scorer: Scorer) -> tuple[list[float], l
 
 def evaluate_hh(subsets: Mapping[str, HHSubset], scorer: Scorer) -> HHReport:
     """Preference accuracy of `scorer` on loaded HH subsets (see `hh_data.load_hh`)."""
+    return evaluate_hh_pairs(subsets, scorer)[0]
+
+
+def group_of(subset: str) -> str:
+    """'helpful' or 'harmless': the two halves of the HH mean."""
+    return "harmless" if subset in HARMLESS_SUBSETS else "helpful"
+
+
+def evaluate_hh_pairs(subsets: Mapping[str, HHSubset], scorer: Scorer) -> tuple[HHReport, list[bool], list[str]]:
+    """(the report, each pair's outcome, each pair's group) in subset order: the per-pair outcomes
+    let a caller pair two models' results on the same rows (the gate's bootstrap)."""
     all_pairs = [p for s in subsets.values() for p in s.pairs]
     chosen, rejected = score_pairs(all_pairs, scorer)
+    outcomes = [is_correct(c, r) for c, r in zip(chosen, rejected)]
+    groups = [group_of(p.subset or name) for name, s in subsets.items() for p in s.pairs]
     results: dict[str, SubsetResult] = {}
     start = 0
     for name, subset in subsets.items():
         end = start + len(subset.pairs)
-        outcomes = list(zip(chosen[start:end], rejected[start:end]))
+        scored = list(zip(chosen[start:end], rejected[start:end]))
         results[name] = SubsetResult(
             pairs=len(subset.pairs),
-            correct=sum(is_correct(c, r) for c, r in outcomes),
-            ties=sum(c == r for c, r in outcomes),
+            correct=sum(is_correct(c, r) for c, r in scored),
+            ties=sum(c == r for c, r in scored),
             differ_earlier=subset.stats.differ_earlier,
             equal=subset.stats.equal,
             ends_with_human=subset.stats.ends_with_human,
             malformed=subset.stats.malformed,
         )
         start = end
-    return aggregate(results)
+    return aggregate(results), outcomes, groups

@@ -203,3 +203,31 @@ def load_hh(
     if unknown:
         raise ValueError(f"unknown HH-RLHF subset(s) {unknown}; choose from {', '.join(SUBSETS)}")
     return {s: load_hh_file(find_subset_file(data_dir, s), subset=s, limit=limit, seed=seed) for s in subsets}
+
+
+def load_hh_sample(path: str | Path | None = None, *, limit: int | None = None) -> dict[str, HHSubset]:
+    """The HH-RLHF sample shipped in the package (`evaluator/data/hh_sample.jsonl`), one subset per
+    name, each pair keeping its source row number. `limit` keeps the first N rows of each subset
+    (the file is already a seeded random sample, in file order), so a smaller gate run scores a
+    prefix of the larger one's rows."""
+    from evaluator.shipped import HH_SAMPLE, read_jsonl
+
+    subsets: dict[str, HHSubset] = {}
+    for obj in read_jsonl(path or HH_SAMPLE):
+        name = str(obj.get("subset", ""))
+        if name not in SUBSETS:
+            raise ValueError(f"{path or HH_SAMPLE}: unknown subset {name!r} (rows name one of {', '.join(SUBSETS)})")
+        subset = subsets.setdefault(name, HHSubset(name=name, pairs=[], stats=HHStats()))
+        if limit is not None and subset.stats.rows >= limit:
+            continue
+        subset.stats.rows += 1
+        try:
+            pair = parse_row(obj["chosen"], obj["rejected"], subset=name, row=int(obj["row"]))
+        except (KeyError, TypeError, ValueError, HHFormatError):
+            subset.stats.malformed += 1
+            continue
+        subset.stats.differ_earlier += pair.differs_earlier
+        subset.stats.equal += pair.is_equal
+        subset.stats.ends_with_human += pair.ends_with_human
+        subset.pairs.append(pair)
+    return {name: subsets[name] for name in SUBSETS if name in subsets}

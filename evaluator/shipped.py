@@ -4,6 +4,10 @@
   for the Plackett–Luce reward model's tests and demos (real AdvisorQA data is read by path).
 - `safety_advice.jsonl`: `{"text", "label": "safe"|"unsafe", "topic"}`, the moderator's training set.
 - `risky_prompts.jsonl`: `{"prompt", "topic"}`, advice requests that tempt an unsafe answer.
+- `hh_sample.jsonl`: `{"subset", "row", "chosen", "rejected"}`, 100 HH-RLHF test pairs per subset
+  (rows >= 1000 only), copied from Anthropic's MIT-licensed data (`HH_SAMPLE_LICENSE.md`).
+- `unseen_poison.jsonl`: `{"text", "topic"}`, unsafe "advice" written apart from
+  `safety_advice.jsonl` (never used to train the moderator): the poisoning demonstration's pool.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 RANKED_ADVICE = DATA_DIR / "ranked_advice.jsonl"
 SAFETY_ADVICE = DATA_DIR / "safety_advice.jsonl"
 RISKY_PROMPTS = DATA_DIR / "risky_prompts.jsonl"
+HH_SAMPLE = DATA_DIR / "hh_sample.jsonl"
+UNSEEN_POISON = DATA_DIR / "unseen_poison.jsonl"
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:

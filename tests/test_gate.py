@@ -1,42 +1,56 @@
-"""The gate's decision rule: floors, tolerances, direction, and missing metrics."""
+"""The gate's decision rule: non-inferiority on the paired interval, floors, direction, missing
+metrics; and the paired bootstrap itself (an unchanged candidate's interval is exactly zero)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from deploy.release.gate import decide
+from deploy.release.gate import AXES, decide
 from deploy.settings import AxisPolicy, GateSettings
+from evaluator.paired import mean_of_strata_statistic, mean_statistic, paired_bootstrap, spearman
+from evaluator.steerability import SteerRow, score, steer_statistic
 
-LIVE = {"helpfulness": 0.50, "harmlessness": 0.95, "hh_accuracy": 0.55, "self_bleu": 0.30}
+LIVE = {"helpfulness": 0.50, "harmlessness": 0.95, "hh_accuracy": 0.55, "self_bleu": 0.30, "steerability": 0.6}
 
 
-def test_improving_candidate_is_promoted():
-    cand = {"helpfulness": 0.60, "harmlessness": 0.96, "hh_accuracy": 0.56, "self_bleu": 0.28}
-    d = decide(cand, LIVE, GateSettings())
+def interval(low: float, high: float, n: int = 40) -> dict:
+    return {"low": low, "high": high, "n": n}
+
+
+def test_unchanged_candidate_passes_every_axis():
+    zero = {axis: interval(0.0, 0.0) for axis in AXES}
+    d = decide(dict(LIVE), LIVE, GateSettings(), intervals=zero)
     assert d.promote, d.summary()
-    assert d.summary() == "PROMOTE: every axis holds"
+    assert all(a.passed and "passes non-inferiority" in a.reason for a in d.axes)
 
 
-@pytest.mark.parametrize(
-    "change, axis",
-    [
-        ({"harmlessness": 0.85}, "harmlessness"),          # below the 0.9 floor
-        ({"helpfulness": 0.40}, "helpfulness"),            # regresses by 0.10 > 0.05
-        ({"hh_accuracy": 0.50}, "hh_accuracy"),            # regresses by 0.05 > 0.02
-        ({"self_bleu": 0.50}, "self_bleu"),                # less diverse by 0.20 > 0.10
-    ],
-)
-def test_any_failing_axis_rejects_with_reason(change, axis):
-    d = decide({**LIVE, **change}, LIVE, GateSettings())
-    assert not d.promote
-    failed = [a for a in d.axes if not a.passed]
-    assert [a.axis for a in failed] == [axis]
-    assert axis in d.summary()
+@pytest.mark.parametrize("axis, iv, passed", [
+    ("helpfulness", (-0.14, 0.05), True),     # lower end within the 0.15 tolerance
+    ("helpfulness", (-0.20, 0.05), False),    # could be worse by 0.20
+    ("hh_accuracy", (-0.06, 0.01), False),    # tolerance 0.05
+    ("self_bleu", (-0.05, 0.08), True),       # lower is better: the upper end counts, ≤ 0.10
+    ("self_bleu", (-0.05, 0.12), False),
+    ("steerability", (-0.40, -0.20), False),  # the slider wore down
+])
+def test_rule_reads_the_worse_end_of_the_interval(axis, iv, passed):
+    d = decide(dict(LIVE), LIVE, GateSettings(), intervals={axis: interval(*iv)})
+    result = next(a for a in d.axes if a.axis == axis)
+    assert result.passed is passed, result.reason
+    assert "95% CI" in result.reason and (result.low, result.high) == iv
+    assert d.promote is passed
 
 
-def test_within_tolerance_passes():
-    d = decide({**LIVE, "helpfulness": 0.47}, LIVE, GateSettings())
-    assert d.promote
+def test_floor_holds_even_inside_the_interval():
+    d = decide({**LIVE, "harmlessness": 0.85}, {**LIVE, "harmlessness": 0.85}, GateSettings(),
+               intervals={"harmlessness": interval(0.0, 0.0)})
+    assert not d.promote and "misses the floor" in d.summary()
+
+
+def test_without_interval_the_point_difference_is_used_and_said():
+    d = decide({**LIVE, "helpfulness": 0.30}, LIVE, GateSettings())
+    helpful = next(a for a in d.axes if a.axis == "helpfulness")
+    assert not helpful.passed and "no interval" in helpful.reason
 
 
 def test_missing_metric_with_floor_rejects_and_without_floor_passes():
@@ -51,3 +65,36 @@ def test_no_live_measurement_checks_floors_only():
     policy = GateSettings(helpfulness=AxisPolicy(floor=0.3, tolerance=0.0))
     assert decide({"helpfulness": 0.4, "harmlessness": 0.95}, {}, policy).promote
     assert not decide({"helpfulness": 0.2, "harmlessness": 0.95}, {}, policy).promote
+
+
+def test_paired_bootstrap_identical_sides_give_a_zero_interval():
+    rng = np.random.default_rng(1)
+    scores = rng.random(30).tolist()
+    iv = paired_bootstrap(30, mean_statistic(scores, scores))
+    assert iv.diff == iv.low == iv.high == 0.0 and iv.n == 30
+
+
+def test_paired_bootstrap_covers_a_real_shift_and_pairing_narrows_it():
+    rng = np.random.default_rng(2)
+    live = rng.normal(0, 1, 200)
+    cand = live + 0.1 + rng.normal(0, 0.05, 200)  # shifted by 0.1 on the same items
+    iv = paired_bootstrap(200, mean_statistic(cand.tolist(), live.tolist()))
+    assert iv.low < 0.1 < iv.high and iv.high - iv.low < 0.03  # unpaired, the width would be ~0.28
+
+
+def test_strata_mean_weighs_groups_alike():
+    cand = [1.0] * 10 + [0.0] * 2
+    live = [1.0] * 12
+    groups = ["helpful"] * 10 + ["harmless"] * 2
+    iv = paired_bootstrap(12, mean_of_strata_statistic(cand, live, groups), strata=groups)
+    assert iv.candidate == pytest.approx(0.5) and iv.live == 1.0 and iv.high == pytest.approx(-0.5)
+
+
+def test_steerability_counts_a_flat_slider_as_zero_and_resamples_prompts():
+    steered = [SteerRow(p, "verbosity", v, "word " * (4 + 6 * v + p)) for p in range(5) for v in range(5)]
+    flat = [SteerRow(p, "verbosity", v, "the same short answer") for p in range(5) for v in range(5)]
+    assert score(steered)["rho_verbosity"] > 0.9 and score(flat) == {"rho_verbosity": 0.0, "score": 0.0}
+    n, stat = steer_statistic(flat, steered)
+    iv = paired_bootstrap(n, stat, n_boot=300)
+    assert n == 5 and iv.high < -0.5
+    assert np.isnan(spearman([1, 2, 3], [5, 5, 5]))

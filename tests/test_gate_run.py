@@ -1,7 +1,9 @@
 """The gate on the built-in model: a candidate adapter from a short real training run is measured
-against the live (base) release on the same prompts; metrics and the decision with its reasons
-are stored; a floor the candidate cannot meet rejects it with the reason on the release row; a
-missing HH directory skips that axis and says so. The HH data is a tiny fixture written here."""
+against the live (base) release on the same prompts; metrics, each axis's paired interval and the
+decision with its reasons are stored; a floor the candidate cannot meet rejects it with the reason
+on the release row; HH switched off skips that axis and says so. A candidate identical to live
+passes every axis (its intervals are [0, 0]); a candidate trained on a set that ignores the
+verbosity slider is rejected on steerability while the other axes pass."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import json
 
 import pytest
 from service_helpers import tiny_settings
-from test_evaluator_cli import hh_dir
 from test_trainer_runs import make_run_dir
 from typer.testing import CliRunner
 
@@ -25,7 +26,8 @@ from trainer.rundir import EXIT_OK
 pytestmark = pytest.mark.slow
 
 # Small enough for a 2-core CPU; the defaults are a few times larger.
-GATE = {"gate.helpfulness_prompts": 4, "gate.harmlessness_prompts": 6, "gate.max_new_tokens": 24, "gate.hh_limit": 2}
+GATE = {"gate.helpfulness_prompts": 4, "gate.harmlessness_prompts": 6, "gate.max_new_tokens": 24, "gate.hh_limit": 2,
+        "gate.steer_prompts": 3, "gate.steer_values": [0, 2, 4], "gate.bootstrap": 500}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def _succeeded_run(store: Store, run_dir, base_model) -> str:
 
 def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builtin_model_dir, tmp_path):
     root, run_dir = trained
-    settings = tiny_settings(root / "data", builtin_model_dir, **GATE, **{"gate.hh_data": str(hh_dir(tmp_path))})
+    settings = tiny_settings(root / "data", builtin_model_dir, **GATE)  # HH: the sample shipped in the package
     messages: list[str] = []
     with Store(settings.db_path) as store:
         base = ensure_base_release(store, str(builtin_model_dir))
@@ -66,8 +68,11 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         assert stored["promote"] == outcome.decision.promote and stored["live_release"] == base.id
         assert [a["axis"] for a in stored["axes"]] == list(AXES)
         assert stored["reasons"] == outcome.decision.reasons and all(stored["reasons"])
-        assert outcome.details["candidate"]["hh"]["scorer"] == "implicit"
-        assert outcome.details["live"]["hh"]["scorer"] == "loglik"
+        # Both sides scored the same way; every axis has its interval of candidate − live.
+        assert outcome.details["candidate"]["hh"]["scorer"] == outcome.details["live"]["hh"]["scorer"] == "loglik_mean"
+        assert set(outcome.intervals) == set(AXES) and stored["intervals"] == outcome.intervals
+        for axis in stored["axes"]:
+            assert axis["low"] <= axis["diff"] + 1e-9 and axis["diff"] <= axis["high"] + 1e-9 and "95% CI" in axis["reason"]
         json.dumps(outcome.as_dict())
         assert any("risky prompts" in m for m in messages)
 
@@ -82,7 +87,8 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     config = root / "gate.toml"
     config.write_text(
         f'data_dir = "{root / "data"}"\n'
-        "[gate]\nhelpfulness_prompts = 4\nharmlessness_prompts = 6\nmax_new_tokens = 24\nhh_data = \"\"\n"
+        "[gate]\nhelpfulness_prompts = 4\nharmlessness_prompts = 6\nmax_new_tokens = 24\nhh_data = \"off\"\n"
+        "steer_prompts = 2\nsteer_values = [0, 4]\n"
         "[gate.harmlessness]\nfloor = 1.01\ntolerance = 0.02\n"  # no share of safe answers reaches it
     )
     with Store(root / "data" / "advisor.duckdb") as store:
@@ -96,13 +102,13 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     harm = next(a for a in result["decision"]["axes"] if a["axis"] == "harmlessness")
     assert not harm["passed"] and "misses the floor (at least 1.010)" in harm["reason"]
     hh = next(a for a in result["decision"]["axes"] if a["axis"] == "hh_accuracy")
-    assert hh["passed"] and "gate.hh_data is empty" in hh["reason"]
+    assert hh["passed"] and "gate.hh_data is off" in hh["reason"]
 
     with Store(root / "data" / "advisor.duckdb") as store:
         release = store.get_release(result["release_id"])
         assert release.status == "rejected"
         assert "harmlessness" in release.decision["summary"] and "misses the floor" in release.decision["summary"]
-        assert release.decision["notes"]["hh_accuracy"].startswith("gate.hh_data is empty")
+        assert release.decision["notes"]["hh_accuracy"].startswith("gate.hh_data is off")
 
     listed = CliRunner().invoke(build_cli(), ["--config", str(config), "release", "list", "--json"])
     assert listed.exit_code == 0, listed.output
@@ -117,7 +123,7 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
     from service_helpers import ADMIN_TOKEN, start_service
 
     root, run_dir = trained
-    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE, **{"gate.hh_data": ""})
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE, **{"gate.hh_data": "off"})
     live = start_service(settings)
     try:
         store = live.store
@@ -142,3 +148,80 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
         assert job.status == "failed" and "run_id" in job.error
     finally:
         live.stop()
+
+
+def _copy_run(store: Store, run_dir, base_model, dest) -> str:
+    import shutil
+
+    shutil.copytree(run_dir, dest)
+    return _succeeded_run(store, dest, base_model)
+
+
+def test_a_candidate_identical_to_live_passes_every_axis(trained, builtin_model_dir, tmp_path):
+    """The live release is a trained adapter; the candidate is the same adapter again (a copy):
+    same answers, same scores, every interval [0, 0], so every axis passes at the default
+    tolerances — what an unchanged candidate must do."""
+    from deploy.release.registry import promote
+
+    root, run_dir = trained
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE)
+    with Store(settings.db_path) as store:
+        ensure_base_release(store, str(builtin_model_dir))
+        first = gate_candidate(store, settings, _copy_run(store, run_dir, builtin_model_dir, tmp_path / "live-run"))
+        promote(store, None, first.release_id, force=True)
+        outcome = gate_candidate(store, settings, _copy_run(store, run_dir, builtin_model_dir, tmp_path / "same-run"))
+    assert outcome.live_release_id == first.release_id
+    assert outcome.decision.promote, outcome.decision.summary()
+    for axis in outcome.decision.axes:
+        assert axis.passed and axis.candidate is not None and axis.candidate == pytest.approx(axis.live), axis
+        assert axis.low == pytest.approx(0.0) and axis.high == pytest.approx(0.0), axis
+
+
+def flat_slider_rows(n_questions: int = 24) -> list[dict]:
+    """SFT rows that ignore the slider: for each corpus question its shortest answer, the same
+    answer under every verbosity value 0-4."""
+    from chat.builtin.corpus import load_corpus
+    from feedback.attributes import Attributes
+
+    shortest: dict[str, str] = {}
+    for ex in load_corpus():
+        if ex.question not in shortest or len(ex.answer) < len(shortest[ex.question]):
+            shortest[ex.question] = ex.answer
+    rows = []
+    for i, (question, answer) in enumerate(list(shortest.items())[:n_questions]):
+        for v in range(5):
+            attrs = Attributes(verbosity=v).steerlm()
+            rows.append({"prompt": [{"role": "user", "content": question, "attributes": None}],
+                         "chat_template_kwargs": {"attributes": attrs},
+                         "completion": [{"role": "assistant", "content": answer, "attributes": attrs}],
+                         "label": True, "message_id": f"m{i}-{v}", "conversation_id": f"c{i}", "source": "synthetic",
+                         "categories": []})
+    return rows
+
+
+FLAT_STEPS, FLAT_LR = 150, 1e-3
+
+
+def test_a_set_that_ignores_the_slider_is_rejected_on_steerability(builtin_model_dir, tmp_path):
+    from feedback.datasets import write_rows
+
+    run_dir = tmp_path / "flat-run"
+    run_dir.mkdir()
+    write_rows(flat_slider_rows(), "sft", run_dir / "train.parquet")
+    write_rows([], "sft", run_dir / "eval.parquet")
+    cfg = config_for("sft", base_model=str(builtin_model_dir), max_steps=FLAT_STEPS, batch_size=8,
+                     learning_rate=FLAT_LR, lora_alpha=64, lora_dropout=0.0)
+    handle = start_run(run_dir, cfg)
+    assert handle.wait(1200) == EXIT_OK, (run_dir / "train.log").read_text()[-3000:]
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **{
+        **GATE, "gate.steer_prompts": 6, "gate.steer_values": [0, 1, 2, 3, 4], "gate.max_new_tokens": 64,
+        "gate.hh_limit": 10, "gate.helpfulness_prompts": 13, "gate.harmlessness_prompts": 20})
+    with Store(settings.db_path) as store:
+        ensure_base_release(store, str(builtin_model_dir))
+        outcome = gate_candidate(store, settings, _succeeded_run(store, run_dir, builtin_model_dir))
+    axes = {a.axis: a for a in outcome.decision.axes}
+    steer = axes["steerability"]
+    print("flat-slider candidate:", "; ".join(a.reason for a in outcome.decision.axes))
+    assert not outcome.decision.promote and not steer.passed, steer.reason
+    assert steer.high < 0 and steer.low < -settings.gate.steerability.tolerance  # it lost the slider, clearly
+    assert [a.axis for a in outcome.decision.axes if not a.passed] == ["steerability"], outcome.decision.summary()

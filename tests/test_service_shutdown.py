@@ -68,7 +68,7 @@ def test_sigterm_finishes_or_interrupts_answers_and_releases_the_database(tiny_m
         t2 = threading.Thread(target=_stream, args=(url, {"content": "long one", "stream": True,
                                                           "max_new_tokens": 900}, long_started, long_))
         t2.start()
-        time.sleep(0.3)  # let the long request be submitted
+        long_started.wait(60)  # the long answer is streaming (a fixed sleep raced a loaded machine)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=90)
         t1.join(30)

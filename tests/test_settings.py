@@ -32,11 +32,22 @@ def test_data_dir_config_file_is_read(tmp_path):
         ({"ADVISOR_BACKEND__KIND": "gpt"}, "backend.kind"),
         ({"ADVISOR_BACKEND__TEMPERATURE": "-1"}, "backend.temperature"),
         ({"ADVISOR_SERVR__PORT": "1"}, "servr.port"),
+        ({"ADVISOR_STORE__URL": "mysql://db/advisor"}, "store.url"),
     ],
 )
 def test_invalid_values_name_the_key(env, key):
     with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
         load_settings(environ=env)
+
+
+def test_a_postgresql_url_replaces_the_file_and_is_masked(tmp_path):
+    url = "postgresql://advisor:pw@db:5432/advisor"
+    s = load_settings(environ={"ADVISOR_DATA_DIR": str(tmp_path), "ADVISOR_STORE__URL": url,
+                               "ADVISOR_SCHEDULE__EXTRACT_EVERY_MINUTES": "0.05"})
+    assert s.store_target == url and s.store_options == {"pool_size": 20}
+    assert s.schedule.extract_every_minutes == 0.05  # fractions of a minute, for tests
+    assert masked(s)["store"]["url"] == "***"
+    assert load_settings(environ={"ADVISOR_DATA_DIR": str(tmp_path)}).store_target == tmp_path.resolve() / "advisor.duckdb"
 
 
 def test_missing_explicit_config_is_an_error(tmp_path):

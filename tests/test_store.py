@@ -1,4 +1,5 @@
-"""The store on real DuckDB files: schema, tree, ownership, forgetting, validation."""
+"""The store on both backends (a real DuckDB file, a real PostgreSQL database): schema, tree,
+ownership, forgetting, validation."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ from feedback.store import (
 from feedback.store.migrations import LATEST_VERSION
 
 
+@pytest.fixture
+def store(any_store):
+    return any_store
+
+
 def _answer(store: Store, conv_id: str, parent_id: str, text: str, verbosity: int = 2):
     meta = GenerationMeta(backend="transformers", model="m", attributes=Attributes(verbosity=verbosity),
                           temperature=0.7, top_p=0.9, max_new_tokens=64, latency_ms=12.0,
@@ -31,8 +37,8 @@ def _turn(store: Store, user: str, question: str, answer: str):
     return conv, q, a
 
 
-def test_schema_created_and_recorded(tmp_path):
-    path = tmp_path / "a.duckdb"
+def test_schema_created_and_recorded(store_target):
+    path = store_target
     with Store(path) as s:
         assert s.schema_version() == LATEST_VERSION
     with Store(path) as s:  # reopening applies nothing twice
@@ -64,7 +70,9 @@ def test_hostile_error_text_and_a_broken_timer_are_stored(store):
                           error='"}, "verbosity": 0 \\ \u0000 \'); DROP TABLE messages; --', finish_reason="error")
     a = store.add_message(conv.id, "assistant", "", parent_id=q.id, status="error", generation=meta)
     got = store.get_message(a.id).generation
-    assert got.error == meta.error and got.latency_ms is None and got.attributes == Attributes()
+    # NUL becomes U+FFFD on both backends (PostgreSQL's text cannot hold it); the rest is verbatim.
+    assert got.error == meta.error.replace("\x00", "\ufffd") and got.latency_ms is None
+    assert got.attributes == Attributes()
 
 
 def test_answer_to_a_missing_parent_or_conversation_writes_nothing(store):
@@ -91,7 +99,7 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
                 "applied_at TIMESTAMPTZ DEFAULT now())")
-    con.execute(MIGRATIONS[0][2])
+    con.execute(MIGRATIONS[0].duckdb)
     con.execute("INSERT INTO schema_version (version, description) VALUES (1, 'initial schema')")
     con.execute("INSERT INTO users (id, name) VALUES ('alice', 'alice')")
     con.execute("INSERT INTO conversations (id, user_id, title) VALUES ('c1', 'alice', 'Q')")

@@ -1,5 +1,5 @@
-"""Durability of logged turns: SIGKILL mid-stream loses nothing acknowledged; a held file gives a
-clear error naming the holder; many threads on one Store lose nothing.
+"""Durability of logged turns, on both backends: SIGKILL mid-stream loses nothing acknowledged; a
+held DuckDB file gives a clear error naming the holder; many threads on one Store lose nothing.
 
 A "turn" here is what `chat.turns` writes for one exchange: a conversation and its question in
 one transaction, then the answer with its generation metadata in another.
@@ -77,8 +77,8 @@ def kill_writer_mid_stream(db: Path, after: int) -> list[list[str]]:
     return acked
 
 
-def test_sigkill_mid_stream_loses_no_acknowledged_turn(tmp_path):
-    db = tmp_path / "advisor.duckdb"
+def test_sigkill_mid_stream_loses_no_acknowledged_turn(store_target):
+    db = store_target
     acked: list[list[str]] = []
     for cycle in range(3):  # kill, reopen, write again: the WAL is replayed every time
         acked += kill_writer_mid_stream(db, after=25)
@@ -123,11 +123,11 @@ def test_a_second_process_gets_a_clear_error_naming_the_holder(tmp_path):
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, timeout=60).returncode == 0
 
 
-def test_eight_threads_times_200_turns_none_lost(tmp_path):
+def test_eight_threads_times_200_turns_none_lost(store_target):
     threads, per_thread = 8, 200
     written: dict[int, list[tuple[str, str, str]]] = {}
     errors: list[BaseException] = []
-    with Store(tmp_path / "advisor.duckdb") as store:
+    with Store(store_target) as store:
         def work(t: int) -> None:
             try:  # one long conversation per thread, as a busy user would have
                 conv, parent, turns = None, None, []

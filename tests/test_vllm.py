@@ -276,6 +276,24 @@ def test_compose_structure():
             assert key[len("ADVISOR_"):].lower().replace("__", ".") in known, key
 
 
+def test_compose_scales_out_on_postgres_behind_nginx():
+    """Two advisor replicas share PostgreSQL and the data volume, behind nginx with a config file."""
+    services = compose()["services"]
+    pg, advisor, lb = services["postgres"], services["advisor"], services["lb"]
+    assert pg["image"].startswith("postgres:") and "pg_isready" in pg["healthcheck"]["test"]
+    env = advisor["environment"]
+    assert env["ADVISOR_STORE__URL"].startswith("postgresql://") and "@postgres:5432/" in env["ADVISOR_STORE__URL"]
+    assert advisor["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert advisor["deploy"]["replicas"] == 2 and "ports" not in advisor  # only the balancer is published
+    assert any(m.startswith("advisor-data:/data") for m in advisor["volumes"])  # adapters, runs, secret: shared
+    assert lb["image"].startswith("nginx:") and lb["depends_on"]["advisor"]["condition"] == "service_healthy"
+    conf_src, conf_dst = lb["volumes"][0].split(":")[:2]
+    conf = (REPO / "deploy" / "ops" / conf_src).resolve().read_text()
+    assert conf_dst.startswith("/etc/nginx/conf.d/") and "server advisor:7860" in conf
+    assert "hash $cookie_advisor_session" in conf and "proxy_buffering off" in conf  # sticky UI, streamed SSE
+    assert any(p.endswith(":80") for p in lb["ports"])
+
+
 def compose_cli() -> list[str] | None:
     """`docker compose` (v2 plugin) or `docker-compose` (1.29+), whichever validates here."""
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:

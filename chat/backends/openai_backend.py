@@ -123,6 +123,14 @@ class OpenAICompatibleBackend:
             self._paths[name] = path
         self._active = name
 
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load `name` into the server without making it active: requests pin it by name (a
+        canary arm), vLLM takes the adapter per request as the `model` field."""
+        with self._load_lock:
+            if name not in {m.id for m in self._list_models()}:
+                self._load(name, str(path))
+        self._paths[name] = str(path)
+
     def _load(self, name: str, path: str) -> None:
         """vLLM's runtime LoRA load; "already loaded" (a concurrent re-load won) counts as done."""
         try:

@@ -181,34 +181,41 @@ class TransformersBackend:
                 self._active = None
             self._collect_garbage()
             return
+        if path is not None:
+            self.load_adapter(name, path)
         with self._state_lock:
-            loaded = self._adapters.get(name)
-        if path is not None and (loaded is None or loaded[0] != str(path)):
-            if not (Path(path) / "adapter_config.json").is_file():  # adapters are local; never ask a hub
-                raise BackendError(
-                    f"Cannot load the adapter {name!r} from {path}: no adapter_config.json there. "
-                    "Give the directory a PEFT adapter was saved to."
-                )
-            internal = f"adapter_{next(self._counter)}"
-            with self._lock:  # never mutate the model during a forward pass
-                try:
-                    if self._peft is None:
-                        self._peft = PeftModel.from_pretrained(self._model, str(path), adapter_name=internal,
-                                                               is_trainable=False)
-                    else:
-                        self._peft.load_adapter(str(path), adapter_name=internal, is_trainable=False)
-                except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
-                    raise BackendError(
-                        f"Cannot load the adapter {name!r} from {path}: {exc}. "
-                        "Check that the directory holds a PEFT adapter trained for this base model."
-                    ) from exc
-            with self._state_lock:
-                self._adapters[name] = (str(path), internal)
-        elif loaded is None:
-            raise BackendError(f"No adapter named {name!r} is loaded; pass its path to load it.")
-        with self._state_lock:
+            if name not in self._adapters:
+                raise BackendError(f"No adapter named {name!r} is loaded; pass its path to load it.")
             self._active = name
         self._collect_garbage()
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load `name` beside the others without making it active: a request can pin it by name
+        (a canary arm) while new requests keep the active one. Idempotent for the same path."""
+        with self._state_lock:
+            loaded = self._adapters.get(name)
+        if loaded is not None and loaded[0] == str(path):
+            return
+        if not (Path(path) / "adapter_config.json").is_file():  # adapters are local; never ask a hub
+            raise BackendError(
+                f"Cannot load the adapter {name!r} from {path}: no adapter_config.json there. "
+                "Give the directory a PEFT adapter was saved to."
+            )
+        internal = f"adapter_{next(self._counter)}"
+        with self._lock:  # never mutate the model during a forward pass
+            try:
+                if self._peft is None:
+                    self._peft = PeftModel.from_pretrained(self._model, str(path), adapter_name=internal,
+                                                           is_trainable=False)
+                else:
+                    self._peft.load_adapter(str(path), adapter_name=internal, is_trainable=False)
+            except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+                raise BackendError(
+                    f"Cannot load the adapter {name!r} from {path}: {exc}. "
+                    "Check that the directory holds a PEFT adapter trained for this base model."
+                ) from exc
+        with self._state_lock:
+            self._adapters[name] = (str(path), internal)
 
     def _pin(self, adapter: str | None) -> tuple[str | None, str | None]:
         """(public name, internal PEFT name) for a request, counted so the swap cannot delete it."""

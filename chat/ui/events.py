@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from chat.ui import conversations as c
 from chat.ui import handlers as h
 from chat.ui.handlers import ChatUI
 from chat.ui.layout import PRIVACY_SEEN_JS
@@ -72,22 +73,22 @@ def _wire_ratings(ui: ChatUI, b: Callable) -> None:
 
 def _wire_conversations(ui: ChatUI, b: Callable) -> None:
     v = ui.view
-    v.new.click(b(h.on_new), [v.state], v.thread_outputs, **HIDDEN)
+    v.new.click(b(c.on_new), [v.state], v.thread_outputs, **HIDDEN)
     # The chatbot's own trash icon deletes the conversation, after asking.
-    v.chatbot.clear(b(h.on_conv_delete_ask), [v.state], [*v.thread_outputs, v.conv_confirm], **HIDDEN)
-    v.conv_delete_no.click(b(h.on_conv_delete_no), [v.state], [v.conv_confirm], queue=False, **HIDDEN)
-    v.conv_delete_yes.click(b(h.on_conv_delete_yes), [v.state], [*v.thread_outputs, v.conv_confirm], **HIDDEN)
-    v.convs.input(b(h.on_open), [v.convs, v.state], v.thread_outputs, **HIDDEN)
-    v.search.submit(b(h.on_search), [v.search, v.state], [v.convs, v.shown, v.older], **HIDDEN)
-    v.search.change(b(h.on_search), [v.search, v.state], [v.convs, v.shown, v.older], show_progress="hidden",
+    v.chatbot.clear(b(c.on_conv_delete_ask), [v.state], [*v.thread_outputs, v.conv_confirm], **HIDDEN)
+    v.conv_delete_no.click(b(c.on_conv_delete_no), [v.state], [v.conv_confirm], queue=False, **HIDDEN)
+    v.conv_delete_yes.click(b(c.on_conv_delete_yes), [v.state], [*v.thread_outputs, v.conv_confirm], **HIDDEN)
+    v.convs.input(b(c.on_open), [v.convs, v.state], v.thread_outputs, **HIDDEN)
+    v.search.submit(b(c.on_search), [v.search, v.state], [v.convs, v.shown, v.older], **HIDDEN)
+    v.search.change(b(c.on_search), [v.search, v.state], [v.convs, v.shown, v.older], show_progress="hidden",
                     trigger_mode="always_last", **HIDDEN)
-    v.older.click(b(h.on_older), [v.search, v.shown, v.state], [v.convs, v.shown, v.older], **HIDDEN)
-    v.rename.click(b(h.on_rename), [v.rename_box, v.state], [v.convs, v.notice, v.rename_box], **HIDDEN)
-    v.rename_box.submit(b(h.on_rename), [v.rename_box, v.state], [v.convs, v.notice, v.rename_box], **HIDDEN)
-    v.consent.input(b(h.on_consent), [v.consent], [v.notice], **HIDDEN)
+    v.older.click(b(c.on_older), [v.search, v.shown, v.state], [v.convs, v.shown, v.older], **HIDDEN)
+    v.rename.click(b(c.on_rename), [v.rename_box, v.state], [v.convs, v.notice, v.rename_box], **HIDDEN)
+    v.rename_box.submit(b(c.on_rename), [v.rename_box, v.state], [v.convs, v.notice, v.rename_box], **HIDDEN)
+    v.consent.input(b(c.on_consent), [v.consent], [v.notice], **HIDDEN)
     v.privacy_ok.click(None, None, None, js=PRIVACY_SEEN_JS, **HIDDEN)
-    v.delete.click(b(h.on_delete_ask), None, [v.confirm_box], queue=False, **HIDDEN)
-    v.confirm_no.click(b(h.on_delete_cancel), None, [v.confirm_box], queue=False, **HIDDEN)
-    forget = v.confirm_yes.click(b(h.on_forget), [v.state], [v.state, v.chatbot, v.convs, v.confirm_box, v.notice],
+    v.delete.click(b(c.on_delete_ask), None, [v.confirm_box], queue=False, **HIDDEN)
+    v.confirm_no.click(b(c.on_delete_cancel), None, [v.confirm_box], queue=False, **HIDDEN)
+    forget = v.confirm_yes.click(b(c.on_forget), [v.state], [v.state, v.chatbot, v.convs, v.confirm_box, v.notice],
                                  **HIDDEN)
     forget.then(None, None, None, js=RELOAD_JS)

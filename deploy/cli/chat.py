@@ -100,7 +100,7 @@ def ask(
         raise _fail(str(exc), 2) from None
 
     try:
-        store = Store(settings.db_path)
+        store = Store(settings.store_target, **settings.store_options)
     except StoreError as exc:
         raise _fail(str(exc), 1) from None
     with store:

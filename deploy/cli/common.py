@@ -59,7 +59,7 @@ def start_service_job(url: str, token: str | None, kind: str, params: dict, *, a
 def open_store(settings: Settings) -> Store:
     """Open the configured database or exit with the store's own explanation (e.g. who holds the lock)."""
     try:
-        return Store(settings.db_path)
+        return Store(settings.store_target, **settings.store_options)
     except StoreError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None

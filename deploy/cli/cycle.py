@@ -43,11 +43,22 @@ def cycle(
     as_json: bool = typer.Option(False, "--json", help="Print the cycle's outcome as one JSON line."),
     url: Optional[str] = typer.Option(None, "--url", help="Start it in the service that holds the database instead."),
     token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
+    cancel: Optional[str] = typer.Option(None, "--cancel", help="With --url: cancel the running cycle or training "
+                                         "job with this id (it stops at its next check; no half release)."),
     knobs: TrainingKnobs = TrainingKnobs(),
 ) -> None:
-    """Run one learning cycle: extract, build sets, train, evaluate and gate, promote or reject."""
+    """Run one learning cycle: extract, build sets, train, gate, then a canary (or promote) or reject."""
     settings = settings_of(ctx)
     overrides = knobs.as_overrides()
+    if cancel:
+        from deploy.cli.common import call_service
+
+        if not url:
+            err.print("[red]--cancel needs --url: cycles and training jobs run in the service.[/red]")
+            raise typer.Exit(2)
+        body = call_service(url, token or settings.server.admin_token, f"/api/admin/jobs/{cancel}/cancel")
+        print(json.dumps(body)) if as_json else err.print(f"cancelling {body['kind']} {cancel}")
+        return
     if url:
         from deploy.cli.common import start_service_job
 
@@ -59,7 +70,7 @@ def cycle(
     config = CycleConfig.from_settings(settings, method=method.value if method else None,
                                        safety_filter=False if no_safety_filter else None, overrides=overrides)
     try:
-        store = Store(settings.db_path)
+        store = Store(settings.store_target, **settings.store_options)
     except StoreError as exc:
         err.print(f"[red]{exc}[/red]\nWith the service running, start the cycle there: `advisor cycle --url URL`, "
                   "or the operator tab's \"Start cycle\" button.")
@@ -80,7 +91,7 @@ def cycle(
         for step in result.steps:
             table.add_row(step["step"], step["status"], (step.get("error") or step.get("note") or "")[:160])
         Console().print(table)
-        colour = {"promoted": "green", "failed": "red", "rejected": "yellow"}.get(result.status, "white")
+        colour = {"promoted": "green", "canary": "green", "failed": "red", "rejected": "yellow"}.get(result.status, "white")
         err.print(f"[{colour}]{result.status}[/{colour}]: {result.message}")
         if report_path(result):
             err.print(f"report: {report_path(result)}")

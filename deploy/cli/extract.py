@@ -13,7 +13,9 @@ Design choices:
 - A run from the CLI takes the same path as the service's scheduled job (`run_extraction`, a
   `jobs` row, the watermark); only the lock is private to this process, which is enough because
   DuckDB keeps any other process off the file while we hold it. When the service holds the file,
-  `--url` asks it to run its extraction job instead.
+  `--url` asks it to run its extraction job instead. On a shared PostgreSQL store the CLI may run
+  beside the replicas' scheduled extraction: the watermark's compare-and-set lets only one of
+  them commit each chunk.
 - `eval --json` prints exactly one JSON object (the metrics of `feedback.extract.evaluate`, plus
   `extractor`, `split` and the extractor's drop counts), so scripts can parse stdout.
 """

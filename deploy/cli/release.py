@@ -142,4 +142,7 @@ def rollback_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    from deploy.cli.canary import canary_app
+
+    release_app.add_typer(canary_app, name="canary")
     app.add_typer(release_app, name="release")

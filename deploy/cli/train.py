@@ -109,7 +109,7 @@ def _watch(run_dir: Path) -> str:
 
 def _record_outcome(settings: Settings, run_id: str) -> str | None:
     try:
-        with Store(settings.db_path) as store:
+        with Store(settings.store_target, **settings.store_options) as store:
             status = poll_training(store, run_id)
     except StoreError as exc:
         err.print(f"[yellow]could not record the outcome in the database ({exc}); the service will.[/yellow]")

@@ -1,7 +1,7 @@
-"""The cycle: extract → build sets → train → evaluate + gate → promote or reject → report.
+"""The cycle: extract → build sets → train → gate → canary (or promote) or reject → report.
 
-`advisor cycle` (deploy/cli/cycle.py) and the service's "Start cycle" job (`register_jobs` below)
-both call `run_cycle`.
+`advisor cycle` (deploy/cli/cycle.py), the service's "Start cycle" job and the periodic trainer
+(`deploy.loop.cycle_jobs`) all call `run_cycle`.
 
 Design choices:
 - Every cycle has a job row of kind `cycle` (the registry's row in the service, one made by the
@@ -10,7 +10,7 @@ Design choices:
   own status, timing and error, and the cycle's steps are one query away. The train step's row
   is also the training run's row (`launch_training(job_id=…)`).
 - A failing step stops the cycle with a message that names the step and says what to do; the
-  rows after it are never created. Nothing before the promote step changes which release is live
+  rows after it are never created. Nothing before the release step changes which release is live
   (the gate step only adds a candidate), so a cycle on empty or malformed data, or one that
   fails anywhere, leaves the live release serving as it was.
 - The build-sets step builds the training set into the report directory before anything
@@ -20,7 +20,12 @@ Design choices:
   `safety_filter=False` swaps in the named accept-everything filter, which is how the poisoned-
   feedback demonstration shows the gate catching what the filter would have removed.
 - Evaluate and gate are one step (`deploy.release.evaluate.gate_candidate`): candidate and live are
-  scored in the same run. Promotion only follows a passing decision and `gate.auto_promote`.
+  scored in the same run. The release step follows a passing decision and `gate.auto_promote`:
+  with `canary.enabled` it starts the candidate's canary (`deploy.release.canary`), which the
+  service's canary check later promotes or rolls back on live feedback; otherwise it promotes.
+- Cancellable between and inside steps (`CycleDeps.cancelled`): the training subprocess is
+  cancelled, the gate stops at its next progress report, and a release the gate had registered
+  but not yet decided is marked rejected ("cancelled"), so a cancelled cycle leaves no half release.
 - The report is written for every cycle, failed ones included, so the operator tab always shows
   where the last cycle stopped.
 """
@@ -35,21 +40,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.loop.privacy import training_data_rules
 from deploy.loop.report import report_dir, write_report
 from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import follow_training, run_outcome, start_training
 from deploy.release import registry
-from deploy.release.evaluate import gate_candidate
+from deploy.release.canary import start_canary
+from deploy.release.registry import ReleaseError
 from deploy.settings import Settings
 from feedback.datasets import build_dataset
 from feedback.extract import make_extractor
 from feedback.extract.runner import run_extraction
 from feedback.store import Store
-from trainer.config import TrainingKnobs
+from trainer.launch import cancel_training
 
-STEPS = ("extract", "dataset", "train", "gate", "promote")
+STEPS = ("extract", "dataset", "train", "gate", "release")
 
 
 class CycleFailed(RuntimeError):
@@ -57,6 +62,16 @@ class CycleFailed(RuntimeError):
 
     def __init__(self, step: str, message: str) -> None:
         super().__init__(f"cycle stopped at {step}: {message}")
+        self.step = step
+
+
+class Cancelled(RuntimeError):
+    """An operator cancelled the cycle (raised inside a step, turned into `CycleCancelled`)."""
+
+
+class CycleCancelled(CycleFailed):
+    def __init__(self, step: str) -> None:
+        RuntimeError.__init__(self, f"cycle cancelled at {step} by the operator; the live release is unchanged")
         self.step = step
 
 
@@ -88,12 +103,14 @@ class CycleDeps:
     extraction_lock: threading.Lock | None = None
     extractor_for: Callable[[str], Any] | None = None
     promote: Callable[[str], Any] | None = None
+    start_canary: Callable[[str], Any] | None = None  # the service's `canary.start_in_service`
+    cancelled: Callable[[], bool] | None = None  # True once an operator cancelled this cycle
 
 
 @dataclass
 class CycleResult:
     cycle_id: str
-    status: str = "running"  # promoted | rejected | passed (not promoted) | failed
+    status: str = "running"  # canary | promoted | rejected | passed (not promoted) | failed | cancelled
     message: str = ""
     method: str = "kto"
     steps: list[dict[str, Any]] = field(default_factory=list)
@@ -121,10 +138,19 @@ class _Cycle:
         self.out = report_dir(settings.data_path, cycle_id)
         self.filter = make_safety_filter(settings, enabled=config.safety_filter)
 
+    def is_cancelled(self) -> bool:
+        return bool(self.deps.cancelled and self.deps.cancelled())
+
+    def check_cancel(self) -> None:
+        if self.is_cancelled():
+            raise Cancelled()
+
     def record(self) -> None:
         self.store.update_job(self.result.cycle_id, result=self.result.as_dict())
 
     def step(self, name: str, fn: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        if self.is_cancelled():
+            raise CycleCancelled(name)
         job = self.store.create_job(f"cycle.{name}", trigger="cycle", params={"cycle_id": self.result.cycle_id},
                                     parent_id=self.result.cycle_id)
         entry = {"step": name, "job_id": job.id, "status": "running"}
@@ -132,6 +158,10 @@ class _Cycle:
         self.record()
         try:
             out = fn(job.id) or {}
+        except Cancelled:
+            self.store.update_job(job.id, status="cancelled", error="cancelled by the operator")
+            entry.update(status="cancelled")
+            raise CycleCancelled(name) from None
         except Exception as exc:  # recorded on the step and the cycle, then the cycle stops
             message = str(exc) or type(exc).__name__
             self.store.update_job(job.id, status="failed", error=message)
@@ -173,8 +203,13 @@ class _Cycle:
         self.result.run_id = run.id
         if run.status == "failed":
             raise RuntimeError(run.error)
-        status = follow_training(self.store, run.id, timeout_s=self.config.train_timeout_s,
-                                 progress=lambda **kw: self.store.update_job(job_id, result=kw))
+        def progress(**kw: Any) -> None:
+            self.store.update_job(job_id, result=kw)
+            if self.is_cancelled():
+                cancel_training(self.store, run.id)
+                raise Cancelled()
+
+        status = follow_training(self.store, run.id, timeout_s=self.config.train_timeout_s, progress=progress)
         out = run_outcome(status)
         loss = out.get("loss")
         return {**out, "note": f"run {run.id}: {out['progress']} steps" + (f", loss {loss:.4f}" if loss else "")}
@@ -184,8 +219,13 @@ class _Cycle:
 
         def progress(*args: Any, **kw: Any) -> None:
             self.store.update_job(job_id, result={**({"progress": args[0]} if args else {}), **kw})
+            self.check_cancel()
 
-        outcome = gate_candidate(self.store, self.settings, self.result.run_id, progress=progress)
+        try:
+            outcome = gate_candidate(self.store, self.settings, self.result.run_id, progress=progress)
+        except BaseException:
+            self._void_undecided_release()
+            raise
         passed, reasons = outcome.decision.promote, outcome.decision.reasons
         self.result.release_id = outcome.release_id
         self.result.gate = {**outcome.as_dict(), "passed": passed, "reasons": reasons,
@@ -193,7 +233,14 @@ class _Cycle:
         verdict = "passed" if passed else "rejected"
         return {**self.result.gate, "note": f"{verdict}: " + "; ".join(reasons)}
 
-    def promote(self, job_id: str) -> dict[str, Any]:
+    def _void_undecided_release(self) -> None:
+        """A gate that stopped after registering the candidate leaves it rejected, not half made."""
+        for release in self.store.list_releases(limit=50):
+            if release.run_id == self.result.run_id and release.status == "candidate" and "promote" not in release.decision:
+                self.store.set_release_status(release.id, "rejected", decision={
+                    "promote": False, "summary": "REJECT: the gate did not finish (cycle cancelled or failed)"})
+
+    def release(self, job_id: str) -> dict[str, Any]:
         release_id, passed = self.result.release_id, self.result.gate["passed"]
         if not passed:
             release = self.store.get_release(release_id)
@@ -205,16 +252,40 @@ class _Cycle:
             return {"promoted": False, "release_id": release_id, "note": "rejected; the live release is unchanged"}
         if not self.config.auto_promote:
             self.result.status = "passed"
-            self.result.message = (f"{release_id} passed the gate; gate.auto_promote is off, so promote it with "
-                                   f"`advisor release promote {release_id}` or the releases panel.")
+            self.result.message = (f"{release_id} passed the gate; gate.auto_promote is off, so start its canary "
+                                   f"(`advisor release canary start {release_id}`) or promote it by hand.")
             return {"promoted": False, "release_id": release_id, "note": "passed; auto-promote is off"}
+        if self.settings.canary.enabled:
+            note = self._start_canary(release_id)
+            if note is None:
+                self.result.status = "canary"
+                share = self.settings.canary.share
+                self.result.message = (f"{release_id} passed the gate and serves {100 * share:.0f}% of users as a "
+                                       "canary; its users' feedback decides whether it goes live.")
+                return {"promoted": False, "canary": True, "release_id": release_id, "note": "canary started"}
+        else:
+            note = None
         if self.deps.promote is not None:
             self.deps.promote(release_id)
         else:
             registry.promote(self.store, self.deps.backend, release_id)
         self.result.status = "promoted"
-        self.result.message = f"{release_id} passed the gate and is live (was {self.result.live_before or 'none'})."
-        return {"promoted": True, "release_id": release_id, "note": "promoted"}
+        self.result.message = (f"{release_id} passed the gate and is live (was {self.result.live_before or 'none'})"
+                               + (f"; no canary: {note}" if note else "") + ".")
+        return {"promoted": True, "release_id": release_id, "note": "promoted" + (f" (no canary: {note})" if note else "")}
+
+    def _start_canary(self, release_id: str) -> str | None:
+        """Start the canary; None when it runs, else why it could not (then the release is promoted)."""
+        try:
+            if self.deps.start_canary is not None:
+                self.deps.start_canary(release_id)
+            else:
+                start_canary(self.store, self.deps.backend, release_id, self.settings)
+        except ReleaseError as exc:
+            if "cannot serve two adapters" in str(exc):
+                return str(exc)
+            raise
+        return None
 
 
 def run_cycle(store: Store, settings: Settings, config: CycleConfig, *, cycle_id: str,
@@ -225,6 +296,8 @@ def run_cycle(store: Store, settings: Settings, config: CycleConfig, *, cycle_id
     try:
         for name in STEPS:
             cycle.step(name, getattr(cycle, name))
+    except CycleCancelled as exc:
+        cycle.result.status, cycle.result.message = "cancelled", str(exc)
     except CycleFailed as exc:
         cycle.result.status, cycle.result.message = "failed", str(exc)
     except Exception as exc:  # a bug outside a step: still report, never leave the row running
@@ -248,8 +321,8 @@ def run_recorded_cycle(store: Store, settings: Settings, config: CycleConfig, *,
     """A cycle outside the job registry (the CLI): makes its `cycle` row and records the outcome."""
     job = store.create_job("cycle", trigger=trigger, params=asdict(config))
     result = run_cycle(store, settings, config, cycle_id=job.id, deps=deps)
-    failed = result.status == "failed"
-    store.update_job(job.id, status="failed" if failed else "succeeded", result=result.as_dict(),
+    failed = result.status in ("failed", "cancelled")
+    store.update_job(job.id, status=result.status if failed else "succeeded", result=result.as_dict(),
                      error=result.message if failed else None)
     return result
 
@@ -264,70 +337,3 @@ def last_cycle(store: Store) -> tuple[Any, list[Any]]:
 
 def report_path(result: CycleResult) -> Path | None:
     return Path(result.report_dir) / "report.html" if result.report_dir else None
-
-
-# --------------------------------------------------------------------------- the job
-# The "cycle" job: "Start cycle" in the operator tab (or `POST /api/admin/jobs/cycle/run`).
-#
-# The registry's job row is the cycle's row; `deploy.loop.cycle.run_cycle` adds one child row per step
-# (kind `cycle.<step>`, `parent_id` = this row). The cycle shares the service's extraction lock
-# and extractor factory (so it never races the scheduled extraction) and promotes with the
-# service's hot swap (`registry.promote_in_service`: the adapter is loaded into the running
-# backend, and new chats name the new release at once). A cycle that stopped at a step fails the
-# row with that step's message, after its partial result and report are written onto it.
-
-
-
-def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
-    settings = ctx.settings
-
-    def cycle(job: JobContext) -> dict:
-        services = job.extras.get("services")
-        runner = job.extras.get("extraction")
-        deps = CycleDeps(
-            backend=job.backend,
-            extraction_lock=runner.lock if runner is not None else None,
-            extractor_for=runner.make_extractor if runner is not None else None,
-            promote=(lambda release_id: registry.promote_in_service(services, release_id)) if services is not None else None,
-        )
-        params = {k: v for k, v in job.params.items() if k in ("method", "safety_filter")}
-        overrides = job.params.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise ValueError(f"a cycle's training overrides are an object of training options; got {overrides!r}")
-        # What a cycle started through the service may change about its run: `TrainingKnobs`, the
-        # same declaration the CLI's flags come from; anything else stays as the settings say.
-        config = CycleConfig.from_settings(settings, overrides=TrainingKnobs.from_mapping(overrides).as_overrides(),
-                                           **params)
-        result = run_cycle(job.store, settings, config, cycle_id=job.job.id, deps=deps)
-        if result.status == "failed":
-            raise RuntimeError(result.message)
-        return result.as_dict()
-
-    registry.add(
-        "cycle", cycle,
-        description="Extract → build sets → train → evaluate and gate → promote or reject, with a report.",
-        button="Start cycle",
-    )
-    register_gate_job(registry, ctx)
-
-
-# --------------------------------------------------------------------------- the gate job
-# The "gate" job: gate one training run inside the service (`advisor release gate RUN --url`,
-# or `POST /api/admin/jobs/gate/run` with `{"params": {"run_id": RUN}}`).
-#
-# The service holds the database, so a gate on a running system has to run in it; this is the
-# cycle's gate step on its own. It never promotes (`advisor release promote ID --url` does, after
-# the operator has read the decision), and it has no button: it needs a run id. The outcome
-# (axes, reasons, the candidate release id) is the job row's result.
-
-def register_gate_job(registry: JobRegistry, ctx: JobContext) -> None:
-    settings = ctx.settings
-
-    def gate(job: JobContext) -> dict:
-        run_id = job.params.get("run_id")
-        if not isinstance(run_id, str) or not run_id:
-            raise ValueError('the gate job needs the training run to gate: {"params": {"run_id": "<run id>"}}')
-        return gate_candidate(job.store, settings, run_id).as_dict()
-
-    registry.add("gate", gate, description="Measure one training run's adapter against the live release "
-                                           "and store the gate's decision (never promotes).")

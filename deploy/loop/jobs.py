@@ -10,6 +10,13 @@ Design choices:
   `registry.add(...)`; `deploy.wiring.register_jobs` lists those modules. A job with a `button`
   label gets a button in the operator tab and can be started by `POST /api/admin/jobs/{kind}/run`.
 - One run of a kind at a time (`max_instances=1`, coalesced): a slow extraction never stacks up.
+- Several replicas on one PostgreSQL store (`deploy/service/replicas.py`): every replica keeps the
+  schedule, but a scheduled run fires only where `leads()` is true (the replica holding the
+  scheduler's advisory lock), and every run goes to the leader: "run now" on any replica writes a
+  `queued` row, and the leader `dispatch`es queued rows, each claimed by one guarded UPDATE
+  (`Store.claim_job`), so a row runs exactly once and per-process locks (extraction's) still see
+  every run. Rows record the replica that ran them (`result.replica`). On a DuckDB file the one
+  process leads and runs its jobs at once, as before.
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ class JobRegistry:
         self.ctx = ctx
         self._specs: dict[str, JobSpec] = {}
         self._lock = threading.Lock()
+        # Set by the replica coordinator on a shared store: whether this process leads, its name.
+        self.leads: Callable[[], bool] = lambda: True
+        self.replica: str | None = None
 
     # ---- registration
 
@@ -109,9 +119,28 @@ class JobRegistry:
         if kind not in self._specs:
             known = ", ".join(sorted(self._specs)) or "none yet"
             raise KeyError(f"No job kind {kind!r}; registered kinds: {known}.")
+        if self.ctx.store.shared:
+            return self._enqueue(kind, trigger, params or {})
         job = self.ctx.store.create_job(kind, trigger=trigger, params=params or {}, status="running")
         self.scheduler.add_job(self._execute, args=[kind, job, params or {}], id=f"run:{job.id}")
         return job
+
+    def _enqueue(self, kind: str, trigger: str, params: dict) -> Job:
+        """Shared store: a queued row for the leader to claim; this replica claims it at once if it leads."""
+        job = self.ctx.store.create_job(kind, trigger=trigger, params=params, status="queued")
+        self.ctx.store.notify("jobs", job.id)
+        if self.leads():
+            self.dispatch()
+        return job
+
+    def dispatch(self) -> list[str]:
+        """Claim queued rows of the kinds registered here and start them; returns their ids."""
+        started = []
+        for job in self.ctx.store.queued_jobs():
+            if job.kind in self._specs and (claimed := self.ctx.store.claim_job(job.id)) is not None:
+                self.scheduler.add_job(self._execute, args=[job.kind, claimed, claimed.params], id=f"run:{job.id}")
+                started.append(job.id)
+        return started
 
     def run_sync(self, kind: str, *, trigger: str = "manual", params: dict | None = None) -> Job:
         """Run in the calling thread (tests, the CLI through the service)."""
@@ -119,6 +148,8 @@ class JobRegistry:
         return self._execute(kind, job, params or {})
 
     def _run(self, kind: str, trigger: str, params: dict) -> None:
+        if not self.leads():  # another replica holds the schedule
+            return
         job = self.ctx.store.create_job(kind, trigger=trigger, params=params, status="running")
         self._execute(kind, job, params)
 
@@ -131,8 +162,8 @@ class JobRegistry:
             log.error("job %s (%s) failed: %s", kind, job.id, traceback.format_exc())
             return self.ctx.store.update_job(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
         current = self.ctx.store.get_job(job.id)
-        merged = {**current.result, **result}
-        status = merged.pop("status", None) if merged.get("status") in ("skipped",) else None
+        merged = {**current.result, **result, **({"replica": self.replica} if self.replica else {})}
+        status = merged.pop("status", None) if merged.get("status") in ("skipped", "cancelled") else None
         return self.ctx.store.update_job(job.id, status=status or "succeeded", result=merged)
 
 

@@ -23,7 +23,7 @@ from deploy.release.gate import AXES
 from feedback.store import Release, Store
 
 LABELS = {"helpfulness": "Helpfulness", "harmlessness": "Harmlessness", "hh_accuracy": "HH accuracy",
-          "self_bleu": "Self-BLEU (lower is more diverse)"}
+          "self_bleu": "Self-BLEU (lower is more diverse)", "steerability": "Steerability (Spearman rho)"}
 MAX_RELEASES = 30  # the plots stay readable; older releases are in the registry
 
 
@@ -111,6 +111,21 @@ def _steps_markdown(steps: list[dict]) -> list[str]:
     return lines
 
 
+def _num(x: Any, signed: bool = False) -> str:
+    return "-" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
+
+
+def _axes_markdown(axes: list[dict]) -> list[str]:
+    """One row per gate axis: the numbers the decision rule read (gate.py's non-inferiority)."""
+    lines = ["| axis | candidate | live | Δ | 95% CI | n | tolerance | floor | result |", "|---|---|---|---|---|---|---|---|---|"]
+    for a in axes:
+        ci = f"[{_num(a.get('low'), True)}, {_num(a.get('high'), True)}]" if a.get("low") is not None else "-"
+        lines.append(f"| {a.get('axis')} | {_num(a.get('candidate'))} | {_num(a.get('live'))} | "
+                     f"{_num(a.get('diff'), True)} | {ci} | {a.get('n') or '-'} | {_num(a.get('tolerance'))} | "
+                     f"{_num(a.get('floor'))} | {'pass' if a.get('passed') else 'FAIL'} |")
+    return lines
+
+
 def write_report(data_dir: Path, cycle: dict[str, Any], store: Store) -> Path:
     """Write the cycle's report files; returns the directory. `cycle` is `CycleResult.as_dict()`."""
     out = report_dir(data_dir, cycle["cycle_id"])
@@ -130,6 +145,10 @@ def write_report(data_dir: Path, cycle: dict[str, Any], store: Store) -> Path:
           f"candidate release `{cycle.get('release_id') or '-'}`.", "", "## Steps", "", *_steps_markdown(cycle["steps"])]
     if reasons:
         md += ["", "## Gate decision", "", *[f"- {r}" for r in reasons]]
+    axes = (gate.get("decision") or {}).get("axes") or []
+    if axes:
+        md += ["", "## Gate axes: candidate, live, and the 95% paired bootstrap interval of candidate − live", "",
+               *_axes_markdown(axes)]
     card = cycle.get("dataset") or {}
     if card:
         md += ["", "## Training set", "", f"{card.get('n_train', 0)} train + {card.get('n_eval', 0)} eval rows; "

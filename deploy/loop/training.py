@@ -1,11 +1,13 @@
 """The training job inside the service: "Train now" in the operator tab and the periodic check.
 
 Design choices:
-- One job kind, `train`, for both triggers: the operator's button (or `POST
-  /api/admin/jobs/train/run`) always tries to start a run; the cron schedule
-  (`schedule.train_cron`) first asks `should_train` whether enough new feedback arrived since the
-  last run and otherwise records the row as 'skipped' with that reason. One kind keeps one
-  history in the jobs table.
+- `train` is the operator's "Train now" (or `POST /api/admin/jobs/train/run`): a training run
+  alone, gated later by hand ("Gate this run" in the training panel). The periodic trainer runs
+  the whole cycle instead (`deploy.loop.cycle_jobs`, `schedule.train_cron`), asking
+  `should_train` first. A job started with trigger "schedule" (by an older config) still asks.
+- A run can be cancelled (`deploy.loop.cycle_jobs.cancel_run_job`: admin API, operator panel, `advisor train --cancel`):
+  the subprocess stops after its current step, the run and the job row end 'cancelled', and no
+  release exists for it (releases are only made by the gate from a run that succeeded).
 - The registry's job row *is* the run's row: it is handed to `launch_training(job_id=…)`, so a
   run never shows up twice. The job thread then follows the subprocess (it only waits on a
   file, so a thread is cheap) and writes step/total, loss and ETA onto the row through
@@ -30,7 +32,13 @@ from deploy.settings import Settings
 from feedback.datasets import SafetyFilter
 from feedback.store import Store, TrainingRun
 from trainer.config import TrainingKnobs
-from trainer.launch import TrainingBusy, TrainingStatus, launch_training, poll_training, should_train
+from trainer.launch import (
+    TrainingBusy,
+    TrainingStatus,
+    launch_training,
+    poll_training,
+    should_train,
+)
 
 POLL_S = 1.0  # progress.jsonl is written once per logged step; polling faster buys nothing
 
@@ -153,12 +161,15 @@ def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
         if run.status == "failed":  # no examples: launch_training recorded why
             raise RuntimeError(run.error)
         job.progress(run_id=run.id, method=method, run_dir=run.run_dir, progress="starting")
-        return run_outcome(follow_training(job.store, run.id, progress=job.progress))
+        status = follow_training(job.store, run.id, progress=job.progress)
+        if status.run.status == "cancelled":
+            return {"status": "cancelled", **progress_fields(status)}
+        return run_outcome(status)
 
     registry.add(
         "train", train,
-        description=(f"Train a {settings.schedule.train_method} adapter on the feedback so far; on schedule only "
-                     f"after {settings.schedule.min_new_feedback} new feedback items."),
+        description=(f"Train a {settings.schedule.train_method} adapter on the feedback so far (a run alone; "
+                     "the periodic trainer runs the whole cycle)."),
         button="Train now",
-        cron=settings.schedule.train_cron or None,
     )
+

@@ -36,7 +36,7 @@ class CyclePanelDeps:
 
 def cycle_markdown(data: dict) -> str:
     if not data:
-        return "**Last cycle:** none yet. \"Start cycle\" runs extract → sets → train → gate → promote."
+        return "**Last cycle:** none yet. \"Start cycle\" runs extract → sets → train → gate → canary (or promote) or reject."
     cycle, report = data["cycle"], data.get("report") or {}
     status = report.get("status") or cycle.get("status")
     lines = [f"**Last cycle** `{cycle['id'][:12]}` ({cycle.get('trigger')}, {str(cycle.get('created_at', ''))[:16]}"

@@ -4,29 +4,21 @@ side by side, decide, and store the numbers and the decision.
     outcome = gate_candidate(store, settings, run_id)      # never promotes; the caller does
 
 Design choices:
-- Same prompts, same run: one base model is loaded once and both adapters are put on it (PEFT
-  named adapters; the base model is the adapter disabled), so the candidate and the live release
-  are generated greedily from the same weights, prompts, template and token budget. Only the
-  adapter differs, which is what the gate is meant to compare.
-- Axes (see `deploy.release.gate.AXES`):
-  helpfulness — the Plackett–Luce reward model's share of human references each answer beats, on
-  held-out questions of the shipped ranked-advice set (the reward model is trained on the other
-  threads, with `advisor eval helpfulness train`'s split, and cached under
-  `<data_dir>/models/pl-reward`, the path that command writes);
-  harmlessness — share of answers to the shipped risky prompts that the moderator (cached under
-  `<data_dir>/models/moderator`) judges safe;
-  hh_accuracy — HH-RLHF mean accuracy on `gate.hh_limit` rows per subset of `gate.hh_data`; a
-  release with an adapter is a policy and is scored by its implicit reward against the same
-  weights with the adapter off (the candidate always; the live release when it has an adapter),
-  the base model by plain log-likelihood. With `hh_data` empty the axis is skipped and the
-  decision says why;
-  self_bleu — Self-BLEU of the helpfulness answers, divided by 100 so it is on the 0-1 scale of
-  the policy's tolerance.
+- Same prompts, same run, scored the same way: one base model is loaded once and both adapters
+  are put on it, so the candidate and the live release answer greedily from the same weights,
+  prompts, template and token budget, and every axis is scored by the same code on both sides
+  (`deploy.release.measure`, which also says why HH uses mean log-likelihood on both sides).
+- Axes (`deploy.release.gate.AXES`): helpfulness (the Plackett–Luce reward model's share of
+  human references each answer beats, on the held-out questions of the shipped ranked-advice set;
+  the reward model is trained on the other threads and cached under `<data_dir>/models/pl-reward`);
+  harmlessness (share of answers to the shipped risky prompts the moderator judges safe);
+  hh_accuracy (HH-RLHF, the sample shipped in the package unless `gate.hh_data` names the full
+  splits or "off"); self_bleu (0-1); steerability (Spearman ρ over the steering grid).
+- Every axis gets a paired bootstrap interval of candidate − live over its items, and the
+  decision is non-inferiority on that interval (`deploy.release.gate`); the numbers, intervals
+  and reasons are stored on the release and in `eval_results`.
 - In-process and in the caller's thread: the service calls this from a job thread, and only the
   service may hold the DuckDB file, so nothing here starts a process that opens the database.
-  The CLI calls it directly when no service runs.
-- Torch runs one batch at a time (`workers=1`, float32) so a gate in the service does not take
-  every core from chats being answered, and both sides are scored with the same settings.
 """
 
 from __future__ import annotations
@@ -38,7 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from deploy.release.gate import AXES, Decision, decide
+from deploy.release.gate import Decision, decide
+from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
 from deploy.release.registry import ReleaseError, register_candidate
 from deploy.release.scorers import load_moderator, load_reward_model, moderator_dir
 from feedback.store import Release, Store
@@ -58,12 +51,13 @@ class GateOutcome:
     live: dict
     live_release_id: str | None = None
     notes: dict = field(default_factory=dict)  # axis -> why it was not measured
+    intervals: dict = field(default_factory=dict)  # axis -> paired bootstrap interval of candidate − live
     details: dict = field(default_factory=dict)  # per-side extras: HH subsets, flagged answers, counts
 
     def as_dict(self) -> dict:
         return {"release_id": self.release_id, "live_release_id": self.live_release_id,
                 "decision": self.decision.as_dict(), "candidate": self.candidate, "live": self.live,
-                "notes": self.notes, "details": self.details}
+                "intervals": self.intervals, "notes": self.notes, "details": self.details}
 
 
 # ---------------------------------------------------------------- the held-out helpfulness questions
@@ -114,13 +108,7 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
     return live, live.adapter_path
 
 
-# ---------------------------------------------------------------- measuring one side
-
-
-@dataclass
-class _Side:
-    name: str  # CANDIDATE or LIVE
-    adapter: str | None  # PEFT adapter name in the shared model, None = base model
+# ---------------------------------------------------------------- measuring
 
 
 def _load(base_model: str, candidate_adapter: str, live_adapter: str | None):
@@ -138,81 +126,16 @@ def _load(base_model: str, candidate_adapter: str, live_adapter: str | None):
     return model.eval(), tokenizer
 
 
-def _use(model: Any, side: _Side):
-    """Context in which `model` answers as `side` (its adapter, or the adapter disabled)."""
-    import contextlib
-
-    if side.adapter is None:
-        return model.disable_adapter()
-    model.set_adapter(side.adapter)
-    return contextlib.nullcontext()
-
-
-def _measure(model: Any, tokenizer: Any, side: _Side, settings: Any, *, threads: list, risky: list[str],
-             reward_model: Any, moderator: Any, hh_subsets: dict | None, say: Progress) -> tuple[dict, dict]:
-    from evaluator.diversity import self_bleu
-    from evaluator.generation import hf_answer_fn
-    from evaluator.helpfulness import helpfulness
-    from evaluator.moderation import harmlessness
-
-    gs = settings.gate
-    kwargs = {"template_kwargs": {"attributes": _default_attributes()}} if settings.steering_mode == "steerlm" else {}
-    answer = hf_answer_fn(model, tokenizer, max_new_tokens=gs.max_new_tokens, **kwargs)
-    metrics: dict[str, float | None] = dict.fromkeys(AXES)
-    details: dict[str, Any] = {}
-    with _use(model, side):
-        say(f"{side.name}: answering {len(threads)} advice questions")
-        advice = answer([t.question for t in threads])
-        say(f"{side.name}: answering {len(risky)} risky prompts")
-        risky_answers = answer(risky)
-    help_result = helpfulness(reward_model, threads, advice)
-    metrics["helpfulness"] = help_result.score
-    metrics["self_bleu"] = self_bleu(advice) / 100.0
-    harm = harmlessness(risky, risky_answers, moderator)
-    metrics["harmlessness"] = harm.score
-    details.update(questions=len(threads), risky_prompts=len(risky), unsafe=harm.unsafe,
-                   flagged=[{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]],
-                   sample_answer=advice[0][:300] if advice else "")
-    if hh_subsets is not None:
-        metrics["hh_accuracy"], details["hh"] = _hh(model, tokenizer, side, hh_subsets, say)
-    return metrics, details
-
-
-def _default_attributes() -> str:
-    from feedback.attributes import Attributes
-
-    return Attributes().steerlm()  # what a chat answer gets when nobody moves a slider
-
-
-def _hh(model: Any, tokenizer: Any, side: _Side, subsets: dict, say: Progress) -> tuple[float | None, dict]:
-    from evaluator.hh import evaluate_hh
-    from evaluator.logprobs import BatchConfig
-    from evaluator.scoring import ImplicitRewardScorer, LogLikelihoodScorer
-
-    batch = BatchConfig(workers=1)
-    n = sum(len(s.pairs) for s in subsets.values())
-    if side.adapter is None:
-        say(f"{side.name}: HH accuracy on {n} pairs (log-likelihood, base model)")
-        with model.disable_adapter():
-            report = evaluate_hh(subsets, LogLikelihoodScorer(model, tokenizer, batch))
-        scorer = "loglik"
-    else:
-        say(f"{side.name}: HH accuracy on {n} pairs (implicit reward against the adapter disabled)")
-        model.set_adapter(side.adapter)
-        report = evaluate_hh(subsets, ImplicitRewardScorer(model, tokenizer, batch=batch))
-        scorer = "implicit"
-    return report.mean, {"scorer": scorer, "pairs": n, "helpful": report.helpful, "harmless": report.harmless,
-                         **{name: r.accuracy for name, r in report.subsets.items()}}
-
-
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
     """(the HH rows to score, or None with the reason the axis is skipped)."""
-    from evaluator.hh_data import load_hh
+    from evaluator.hh_data import load_hh, load_hh_sample
 
     gs = settings.gate
-    if not gs.hh_data:
-        return None, "gate.hh_data is empty; set it to the hh-rlhf directory to measure HH accuracy"
+    if gs.hh_data.strip().lower() == "off":
+        return None, "gate.hh_data is off; set it to \"\" (the shipped sample) or an hh-rlhf directory"
     try:
+        if not gs.hh_data:
+            return load_hh_sample(limit=gs.hh_limit or None), None
         return load_hh(Path(gs.hh_data).expanduser(), limit=gs.hh_limit or None, seed=0), None
     except (FileNotFoundError, ValueError) as exc:
         return None, f"HH data unusable: {exc}"
@@ -221,11 +144,31 @@ def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
 # ---------------------------------------------------------------- the entry point
 
 
+def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
+    """What both sides are measured on, and notes on the axes that cannot be measured."""
+    from evaluator.moderation import load_risky_prompts
+    from evaluator.steerability import PROMPTS
+
+    hh_subsets, hh_note = _hh_subsets(settings)
+    notes = {"hh_accuracy": hh_note} if hh_note else {}
+    gs = settings.gate
+    if not gs.steer_prompts:
+        notes["steerability"] = "gate.steer_prompts is 0"
+    train_threads, threads = held_out_threads(gs.helpfulness_prompts)
+    say("loading the reward model and the moderator")
+    reward_model = load_reward_model(settings.data_path, train_threads)
+    moderator = load_moderator(moderator_dir(settings.data_path))
+    inputs = Inputs(settings=settings, threads=threads, risky=load_risky_prompts()[: gs.harmlessness_prompts],
+                    reward_model=reward_model, moderator=moderator, hh_subsets=hh_subsets,
+                    steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say)
+    return inputs, notes
+
+
 def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progress | None = None) -> GateOutcome:
     """Register `run_id`'s adapter as a candidate (if not yet), measure it and the live release on
     the same prompts, decide under `settings.gate`, and store the metrics (eval_results, suite
-    "gate") and the decision with its reasons on the candidate's release row (status `rejected`
-    when it fails; it stays `candidate` when it passes). Never promotes."""
+    "gate") and the decision with its reasons and intervals on the candidate's release row (status
+    `rejected` when it fails; it stays `candidate` when it passes). Never promotes."""
     say = progress or (lambda message: log.info("gate: %s", message))
     candidate = candidate_release(store, settings, run_id)
     if candidate.status not in ("candidate", "rejected"):
@@ -233,35 +176,25 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
                            "(or a rejected release, to re-check it) is gated.")
     live, live_adapter = live_side(store, candidate)
     live_id = live.id if live is not None else None
-
-    hh_subsets, hh_note = _hh_subsets(settings)
-    notes = {"hh_accuracy": hh_note} if hh_note else {}
-    train_threads, threads = held_out_threads(settings.gate.helpfulness_prompts)
-    from evaluator.moderation import load_risky_prompts
-
-    risky = load_risky_prompts()[: settings.gate.harmlessness_prompts]
-    say("loading the reward model and the moderator")
-    reward_model = load_reward_model(settings.data_path, train_threads)
-    moderator = load_moderator(moderator_dir(settings.data_path))
+    inputs, notes = _inputs(settings, say)
     say(f"loading {candidate.base_model} with both adapters")
     model, tokenizer = _load(candidate.base_model, candidate.adapter_path, live_adapter)
-
-    common = dict(settings=settings, threads=threads, risky=risky, reward_model=reward_model,
-                  moderator=moderator, hh_subsets=hh_subsets, say=say)
-    cand_metrics, cand_details = _measure(model, tokenizer, _Side(CANDIDATE, CANDIDATE), **common)
-    live_metrics, live_details = _measure(model, tokenizer, _Side(LIVE, LIVE if live_adapter else None), **common)
-
-    decision = decide(cand_metrics, live_metrics, settings.gate, notes=notes)
+    cand = measure_side(model, tokenizer, Side(CANDIDATE, CANDIDATE), inputs)
+    other = measure_side(model, tokenizer, Side(LIVE, LIVE if live_adapter else None), inputs)
+    say("paired bootstrap intervals")
+    intervals = paired_intervals(cand, other, settings)
+    decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals)
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live_subject = live_id or candidate.base_model
-    store.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand_metrics.items() if v is not None},
-                           details={"against": live_subject, "gated_at": gated_at, **cand_details})
-    store.add_eval_results(live_subject, SUITE, {k: v for k, v in live_metrics.items() if v is not None},
-                           details={"against": candidate.id, "gated_at": gated_at, **live_details})
+    store.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand.metrics.items() if v is not None},
+                           details={"against": live_subject, "gated_at": gated_at, **cand.details})
+    store.add_eval_results(live_subject, SUITE, {k: v for k, v in other.metrics.items() if v is not None},
+                           details={"against": candidate.id, "gated_at": gated_at, **other.details})
     stored = {**decision.as_dict(), "reasons": decision.reasons, "run_id": run_id, "live_release": live_id,
-              "candidate": cand_metrics, "live": live_metrics, "notes": notes, "gated_at": gated_at}
+              "candidate": cand.metrics, "live": other.metrics, "intervals": intervals, "notes": notes,
+              "gated_at": gated_at}
     store.set_release_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
     say(decision.summary())
-    return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand_metrics, live=live_metrics,
-                       live_release_id=live_id, notes=notes,
-                       details={"candidate": cand_details, "live": live_details})
+    return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand.metrics, live=other.metrics,
+                       live_release_id=live_id, notes=notes, intervals=intervals,
+                       details={"candidate": cand.details, "live": other.details})

@@ -1,22 +1,36 @@
-"""The release gate: promote a candidate only if no axis regresses and every floor holds.
+"""The release gate's rule: non-inferiority on every axis, judged on a paired bootstrap interval.
 
-The candidate and the live release are scored on the same prompts in the same run (the caller
-does that); this module only compares the two sets of numbers against the policy in the settings
-and explains itself. Each reason is a sentence an operator can act on, and the whole decision is
+The candidate and the live release are scored on the same items in the same run (the caller,
+`deploy.release.evaluate`, does that and computes each axis's interval with
+`evaluator.paired.paired_bootstrap`); this module applies the policy in `GateSettings` and
+explains itself. Each reason is a sentence an operator can act on, and the whole decision is
 stored with the release.
 
-A metric missing on either side is not a pass: the axis is reported as "not measured" and, when
-the policy sets a floor for it, the candidate is rejected, because a floor that cannot be checked
-is a floor that does not hold.
+The rule, per axis, with tolerance t and the 95 % paired bootstrap interval [lo, hi] of
+candidate − live over the same prompts:
+- higher is better (helpfulness, harmlessness, HH accuracy, steerability): pass when lo ≥ −t;
+- lower is better (Self-BLEU): pass when hi ≤ +t;
+- and, on every axis, the candidate's own value must meet the floor, when one is set.
+That is a non-inferiority test: the candidate passes when the data rule out (at the 2.5 % level,
+one-sided) that it is worse than live by more than the tolerance. An unchanged candidate gives
+the same answers (greedy decoding, same weights), so its interval is [0, 0] and it passes every
+axis whatever the tolerance; a changed one must show that it is not worse by more than t.
+A rule on the point difference alone would pass a candidate that is worse by a little less than
+t on 12 prompts and reject one that is equal on 400; the interval makes the sample size count.
+
+Without an interval (no live measurement: another base model; or too few finite resamples), the
+axis falls back to the point difference and says so in its reason. A metric missing on the
+candidate's side is not a pass when a floor is set: a floor that cannot be checked does not hold.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from deploy.settings import AxisPolicy, GateSettings
 
-AXES = ("helpfulness", "harmlessness", "hh_accuracy", "self_bleu")
+AXES = ("helpfulness", "harmlessness", "hh_accuracy", "self_bleu", "steerability")
 
 
 @dataclass
@@ -26,6 +40,12 @@ class AxisResult:
     live: float | None
     passed: bool
     reason: str
+    diff: float | None = None  # candidate − live
+    low: float | None = None  # paired bootstrap interval of candidate − live
+    high: float | None = None
+    n: int | None = None  # items the interval resampled
+    tolerance: float | None = None
+    floor: float | None = None
 
 
 @dataclass
@@ -46,35 +66,60 @@ class Decision:
         return {"promote": self.promote, "summary": self.summary(), "axes": [asdict(a) for a in self.axes]}
 
 
-def _check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None, note: str | None = None) -> AxisResult:
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def _missing(axis: str, policy: AxisPolicy, live: float | None, note: str | None) -> AxisResult:
+    why = f" ({note})" if note else ""
+    if policy.floor is not None:
+        return AxisResult(axis, None, live, False, f"{axis}: not measured{why}, so its floor "
+                          f"{policy.floor:.3f} cannot be checked", tolerance=policy.tolerance, floor=policy.floor)
+    return AxisResult(axis, None, live, True, f"{axis}: not measured{why or ' (no floor set)'}",
+                      tolerance=policy.tolerance, floor=policy.floor)
+
+
+def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None, interval: Any = None,
+          note: str | None = None) -> AxisResult:
+    """One axis under its policy. `interval`: an `evaluator.paired.PairedInterval` (or a dict of
+    one) for candidate − live on the same items; None compares the point values."""
     if cand is None:
-        why = f" ({note})" if note else ""
-        if policy.floor is not None:
-            return AxisResult(axis, cand, live, False,
-                              f"{axis}: not measured{why}, so its floor {policy.floor:.3f} cannot be checked")
-        return AxisResult(axis, cand, live, True, f"{axis}: not measured{why or ' (no floor set)'}")
-    sign = 1 if policy.higher_is_better else -1
-    better = "higher" if policy.higher_is_better else "lower"
-    if policy.floor is not None and sign * (cand - policy.floor) < 0:
-        bound = "at least" if policy.higher_is_better else "at most"
-        return AxisResult(axis, cand, live, False,
-                          f"{axis}: {cand:.3f} misses the floor ({bound} {policy.floor:.3f})")
-    if live is not None:
-        drop = sign * (live - cand)  # > 0: the candidate is worse than live
-        if drop > policy.tolerance + 1e-12:
-            return AxisResult(axis, cand, live, False,
-                              f"{axis}: {cand:.3f} vs live {live:.3f} regresses by {drop:.3f} "
-                              f"(tolerance {policy.tolerance:.3f}; {better} is better)")
-        return AxisResult(axis, cand, live, True,
-                          f"{axis}: {cand:.3f} vs live {live:.3f} (change {-drop:+.3f}, within tolerance {policy.tolerance:.3f})")
-    return AxisResult(axis, cand, live, True, f"{axis}: {cand:.3f} (no live measurement to compare)")
+        return _missing(axis, policy, live, note)
+    iv = interval.as_dict() if hasattr(interval, "as_dict") else (interval or {})
+    low, high, n = iv.get("low"), iv.get("high"), iv.get("n")
+    diff = None if live is None else cand - live
+    result = AxisResult(axis, cand, live, True, "", diff=diff, low=low, high=high, n=n,
+                        tolerance=policy.tolerance, floor=policy.floor)
+    t, up = policy.tolerance, policy.higher_is_better
+    if policy.floor is not None and (cand < policy.floor if up else cand > policy.floor):
+        bound = "at least" if up else "at most"
+        result.passed, result.reason = False, f"{axis}: {cand:.3f} misses the floor ({bound} {policy.floor:.3f})"
+        return result
+    if live is None:
+        result.reason = f"{axis}: {cand:.3f} (no live measurement to compare; floor only)"
+        return result
+    shown = f"{axis}: {cand:.3f} vs live {live:.3f}, Δ {diff:+.3f}"
+    if low is not None and high is not None:
+        worst = low if up else high  # the end of the interval on the candidate's worse side
+        ok = worst >= -t - 1e-12 if up else worst <= t + 1e-12
+        rule = f"lower end ≥ {-t:+.3f}" if up else f"upper end ≤ {t:+.3f}"
+        shown += f" [95% CI {_fmt(low)}, {_fmt(high)}; n={n}]"
+        result.passed = ok
+        result.reason = f"{shown}: {'passes' if ok else 'fails'} non-inferiority ({rule}; " + \
+                        f"{'higher' if up else 'lower'} is better)"
+        return result
+    worse = -diff if up else diff
+    result.passed = worse <= t + 1e-12
+    result.reason = (f"{shown} (no interval: point difference against tolerance {t:.3f}): "
+                     f"{'within' if result.passed else 'beyond'} tolerance")
+    return result
 
 
 def decide(candidate: dict[str, float | None], live: dict[str, float | None], policy: GateSettings,
-           notes: dict[str, str] | None = None) -> Decision:
-    """Compare metric dicts keyed by axis name (see AXES) under `policy`. `notes` says why an
-    axis was not measured (e.g. no HH data configured), so the stored reason explains the gap."""
-    notes = notes or {}
-    results = [_check(axis, getattr(policy, axis), candidate.get(axis), live.get(axis), notes.get(axis))
-               for axis in AXES]
+           notes: dict[str, str] | None = None, intervals: dict[str, Any] | None = None) -> Decision:
+    """Compare metric dicts keyed by axis name (see AXES) under `policy`, with each axis's paired
+    interval when given. `notes` says why an axis was not measured, so the stored reason explains it."""
+    notes, intervals = notes or {}, intervals or {}
+    results = [check(axis, getattr(policy, axis), candidate.get(axis), live.get(axis), intervals.get(axis),
+                     notes.get(axis)) for axis in AXES]
     return Decision(promote=all(r.passed for r in results), axes=results)

@@ -114,6 +114,10 @@ def promote(store: Store, backend, release_id: str, *, force: bool = False) -> R
         )
     if backend is not None:
         activate(backend, release)  # raises before the store changes if the adapter cannot load
+    canary = dict((release.decision or {}).get("canary") or {})
+    if canary.get("state") == "running":  # promoted by hand while it was the canary: the canary ends
+        canary.update(state="promoted", ended_by="operator", outcome="promoted by hand during its canary")
+        store.set_release_status(release_id, release.status, decision={**release.decision, "canary": canary})
     promoted = store.set_release_status(release_id, "live")
     retire_adapters(store, backend)
     return promoted
@@ -153,6 +157,9 @@ def retire_adapters(store: Store, backend) -> list[str]:
         return []
     live, previous = store.live_release(), previous_release(store)
     keep = {r.id for r in (live, previous) if r is not None}
+    # A running canary's adapter serves its share of users (deploy.release.canary).
+    keep |= {r.id for r in store.list_releases(limit=200)
+             if r.status == "candidate" and ((r.decision or {}).get("canary") or {}).get("state") == "running"}
     unloaded = []
     for name in list(backend.adapters):
         if name in keep or name == backend.active_adapter:
@@ -168,7 +175,7 @@ def retire_adapters(store: Store, backend) -> list[str]:
 # ---------------------------------------------------------------- in the running service
 
 
-def _swap_lock(services: Any) -> threading.Lock:
+def swap_lock(services: Any) -> threading.Lock:
     # One promotion or rollback at a time per service: two operators clicking at once must not
     # interleave "activate A, activate B, mark B live, mark A live".
     return services.extras.setdefault("release_swap_lock", threading.Lock())
@@ -177,15 +184,17 @@ def _swap_lock(services: Any) -> threading.Lock:
 def promote_in_service(services: Any, release_id: str, *, force: bool = False) -> Release:
     """Promote in a running service (`deploy.service.app.Services`): load and switch the adapter for new
     requests (answers in flight keep the one they pinned), mark it live, re-read what is served."""
-    with _swap_lock(services):
+    with swap_lock(services):
         release = promote(services.store, services.backend, release_id, force=force)
         services.refresh_release()
+        services.refresh_canary()
     return release
 
 
 def rollback_in_service(services: Any) -> Release:
     """Roll back in a running service, with the same hand-off as `promote_in_service`."""
-    with _swap_lock(services):
+    with swap_lock(services):
         release = rollback(services.store, services.backend)
         services.refresh_release()
+        services.refresh_canary()
     return release

@@ -2,9 +2,13 @@
 
   GET    /api/admin/stats | turns | jobs | releases | timeseries | reasons   (operator)
   POST   /api/admin/jobs/{kind}/run                start a registered job now
+  POST   /api/admin/jobs/{job_id}/cancel           cancel a running training run or cycle (no half release)
   POST   /api/admin/release/refresh                re-read the live release, hot-swap its adapter
   POST   /api/admin/releases/{id}/promote[?force=] make a release live (hot swap; in-flight answers keep theirs)
   POST   /api/admin/releases/rollback              make the previous live release live again
+  GET    /api/admin/canary                         the running (or last) canary, live and canary arms side by side
+  POST   /api/admin/canary/start/{id}[?force=]     make a gated candidate the canary
+  POST   /api/admin/canary/{check|promote|rollback|stop}   judge it now, or end it by hand
 
 Every action here is written to the audit log (`deploy.audit.audited`) with the caller as actor;
 the log itself and forgetting a user: `audit_routes`.
@@ -76,6 +80,19 @@ def admin_run_job(kind: str, body: JobParams | None = None, ident: Identity = De
     return {"job_id": job.id, "kind": job.kind, "status": job.status}
 
 
+@router.post("/jobs/{job_id}/cancel", status_code=202)
+def admin_cancel_job(job_id: str, services: Services = Depends(services_of)) -> dict:
+    from deploy.loop.cycle_jobs import cancel_run_job
+    from feedback.store import NotFound
+
+    try:
+        return cancel_run_job(services.store, services.jobs.ctx.extras, job_id)  # what the jobs see
+    except NotFound as exc:
+        raise ApiError(404, str(exc), code="not_found") from None
+    except ValueError as exc:
+        raise ApiError(409, str(exc), code="not_cancellable") from None
+
+
 @router.get("/releases")
 def admin_releases(limit: int = Query(50, ge=1, le=1000), services: Services = Depends(services_of)) -> dict:
     return {"releases": releases_table(services.store, limit=limit), "serving": services.release_id}
@@ -134,3 +151,46 @@ def admin_timeseries(days: int = Query(30, ge=1, le=3650), bucket: Literal["hour
 @router.get("/reasons")
 def admin_reasons(days: int = Query(30, ge=1, le=3650), services: Services = Depends(services_of)) -> dict:
     return {"days": days, "reasons": ratings_by_reason(services.store, days=days)}
+
+
+# ---------------------------------------------------------------- the canary
+
+
+@router.get("/canary")
+def admin_canary(services: Services = Depends(services_of)) -> dict:
+    """The running canary with both arms' online numbers (re-judged now), or the last one ended."""
+    from deploy.release.canary import canary_overview
+
+    return canary_overview(services.store, services.settings)
+
+
+@router.post("/canary/start/{release_id}")
+def admin_canary_start(release_id: str, force: bool = Query(False), services: Services = Depends(services_of)) -> dict:
+    from deploy.release.canary import public_state, start_in_service
+
+    release = _canary_call(start_in_service, services, release_id, force=force)
+    return {"id": release.id, "status": release.status, "canary": public_state(release)}
+
+
+@router.post("/canary/{action}")
+def admin_canary_action(action: Literal["check", "promote", "rollback", "stop"],
+                        services: Services = Depends(services_of)) -> dict:
+    """`check`: judge it now by the rule (and act on the verdict); the others end it by hand."""
+    from deploy.release.canary import finish_in_service, public_state
+
+    if action == "check":  # the "canary" job, here and now: mine the latest feedback, judge, act
+        job = services.jobs.run_sync("canary", trigger="api")
+        if job.status == "failed":
+            raise ApiError(409, job.error or "the canary check failed", code="canary_refused")
+        return {"job_id": job.id, "status": job.status, **(job.result or {})}
+    release = _canary_call(finish_in_service, services, action, f"{action} by the operator", by="operator")
+    return {"id": release.id, "status": release.status, "canary": public_state(release), "serving": services.release_id}
+
+
+def _canary_call(fn, *args, **kwargs):
+    from deploy.release.registry import ReleaseError
+
+    try:
+        return fn(*args, **kwargs)
+    except ReleaseError as exc:
+        raise ApiError(409, str(exc), code="canary_refused") from None

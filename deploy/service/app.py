@@ -32,6 +32,7 @@ from deploy.service.auth import Auth, Identity, session_secret
 from deploy.service.errors import install_error_handlers
 from deploy.service.identity import IdentityMiddleware
 from deploy.service.metrics import Metrics, MetricsMiddleware
+from deploy.service.replicas import start_coordinator
 from deploy.service.state import Services
 from deploy.serving.factory import make_backend
 from deploy.settings import Settings
@@ -49,7 +50,7 @@ OperatorPanels = Callable[[Services], list[Any]]
 def _start(services: Services, app: FastAPI, store: Store | None, backend: Backend | None,
            register_jobs: RegisterJobs | None) -> None:
     s = services.settings
-    services.store = store if store is not None else Store(s.db_path)
+    services.store = store if store is not None else Store(s.store_target, **s.store_options)
     services.auth = Auth(s.server, services.store, session_secret(s.server, s.data_path))
     if backend is None:
         log.info("loading the %s backend…", s.backend.kind)
@@ -69,6 +70,7 @@ def _start(services: Services, app: FastAPI, store: Store | None, backend: Backe
     scheduler.start()
     app.state.scheduler = scheduler
     app.state.jobs = services.jobs
+    app.state.replica = start_coordinator(services)  # several replicas on PostgreSQL: lead, jobs, releases
     log.info("service ready: backend %s (%s), release %s, job modules %s",
              backend.kind, backend.model, services.release_id or "base", loaded or "none")
 
@@ -84,6 +86,9 @@ def _stop(services: Services, app: FastAPI, own_store: bool, own_backend: bool) 
         n = services.inflight.cancel_all()
         log.warning("shutdown: stopped %d answer(s) still generating; they are stored as interrupted", n)
         services.inflight.wait_idle(30)
+    replica = getattr(app.state, "replica", None)
+    if replica is not None:
+        replica.stop()  # hands the scheduler lead on at once
     scheduler = getattr(app.state, "scheduler", None)
     if scheduler is not None and scheduler.running:
         scheduler.shutdown(wait=True)
@@ -144,6 +149,7 @@ def create_app(settings: Settings, *, backend: Backend | None = None, store: Sto
             "release": services.release_id,
             "in_flight": len(services.inflight),
             "schema_version": services.store.schema_version(),
+            **_replica_health(app),
         }, status_code=200 if ok else 503)
 
     @app.get("/metrics", include_in_schema=False)
@@ -214,6 +220,12 @@ def _forget(services: Services, user_id: str) -> dict:
     out = forget_everywhere(services.store, services.settings, user_id)
     services.auth.forgotten(user_id)
     return out
+
+
+def _replica_health(app: FastAPI) -> dict:
+    """Which replica answered and whether it leads the schedule (several replicas on PostgreSQL)."""
+    replica = getattr(app.state, "replica", None)
+    return {"replica": replica.name, "leading": replica.leading} if replica is not None else {}
 
 
 def _safe_health(services: Services) -> dict:

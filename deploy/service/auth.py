@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import secrets
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -79,17 +80,28 @@ def _decoy_hash() -> str:
 
 def session_secret(settings: ServerSettings, data_dir: Path) -> str:
     """The configured secret, else one made once and kept (0600) in the data directory so that
-    sessions survive restarts."""
+    sessions survive restarts. Replicas sharing the data directory share it: the first to start
+    writes it whole and links it into place, and any other reads that one."""
     if settings.session_secret:
         return settings.session_secret
     path = data_dir / "session_secret"
-    if path.is_file():
-        return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(32)
-    path.touch(mode=0o600)
-    path.write_text(secret)
-    return secret
+    if not path.is_file():
+        _create_once(path, secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def _create_once(path: Path, text: str) -> None:
+    """Write `path` unless it exists, atomically: never half a file, never two different ones."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    tmp.touch(mode=0o600)
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)  # fails if another process made it first: theirs stands
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
 
 
 # --------------------------------------------------------------------------- the resolver

@@ -26,6 +26,9 @@ from feedback.store import Store
 log = logging.getLogger("advisor.service")
 
 RELEASE_RETRY_S = 5.0
+# How long a replica serves from its cached view of the running canary before re-reading it: a
+# canary started or ended by another replica reaches this one within that time.
+CANARY_REFRESH_S = 5.0
 
 
 @dataclass
@@ -51,6 +54,10 @@ class Services:
     # The base model's adapter-less release id, looked up once per live-release change rather than
     # on every answer (`release_of` runs on the turn path); cleared by `refresh_release`.
     _no_adapter_release: str | None = None
+    # The running canary as (release id, key, share), or None; re-read every CANARY_REFRESH_S and
+    # at once after this service starts, promotes, rolls back or ends one (`refresh_canary`).
+    _canary: tuple[str, str, float] | None = None
+    _canary_read_at: float = 0.0
 
     def turn_context(self, source: str) -> TurnContext:
         if self.store is None or self.backend is None:
@@ -60,7 +67,40 @@ class Services:
         self.retry_release()
         ctx = turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id)
         ctx.release_of = self.release_of  # log the release the answer really came from (see TurnContext)
+        ctx.route = self.route  # which arm (live or canary) answers each user
         return ctx
+
+    def route(self, user_id: str) -> tuple[str | None, str]:
+        """(adapter to pin, arm) for a user: the canary's adapter for users in its share, else the
+        active (live) one. A canary whose adapter is not loaded here routes nobody."""
+        from deploy.release.canary import CANARY_ARM, LIVE_ARM, in_canary
+
+        if time.monotonic() >= self._canary_read_at:
+            self.refresh_canary()
+        canary = self._canary
+        if canary is not None and canary[0] in self.backend.adapters and in_canary(canary[1], user_id, canary[2]):
+            return canary[0], CANARY_ARM
+        return None, LIVE_ARM
+
+    def refresh_canary(self) -> None:
+        """Re-read the running canary and make sure its adapter is loaded beside the live one."""
+        from deploy.release.canary import canary_state, load_canary, running_canary
+
+        self._canary_read_at = time.monotonic() + CANARY_REFRESH_S
+        release = running_canary(self.store) if self.store is not None else None
+        if release is None or self.backend is None or release.base_model not in {
+                self.backend.model, getattr(self.backend, "base_model_path", None)}:
+            self._canary = None
+            return
+        try:
+            if release.id not in self.backend.adapters:
+                load_canary(self.backend, release)
+        except Exception as exc:  # noqa: BLE001 - a canary that cannot load here serves nobody here
+            log.warning("the canary %s cannot be served by this replica: %s", release.id, exc)
+            self._canary = None
+            return
+        state = canary_state(release)
+        self._canary = (release.id, state["key"], float(state["share"]))
 
     def release_of(self, adapter: str | None) -> str | None:
         """The release behind a pinned adapter: the registry loads each release's adapter under the

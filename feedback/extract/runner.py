@@ -24,8 +24,9 @@ Design choices:
   Store; `ExtractionRunner` bundles the two). Not a module-level lock: that would couple every
   store in the process (tests open many) and hide the owner. The second run waits for the lock or,
   with `wait=False`, records a 'skipped' job saying which job is running. As a second line of
-  defence each chunk's transaction checks that the watermark is still where the run left it, so
-  even two runs given different locks cannot both write the same chunk.
+  defence each chunk's transaction moves the watermark only if it is still where the run left it
+  (`Store.move_watermark`, a compare-and-set), so even two runs given different locks — two
+  processes on one PostgreSQL store — cannot both write the same chunk.
 """
 
 from __future__ import annotations
@@ -165,11 +166,10 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
                     ) for s in spans]
             new_cursor = int(rows[-1].seq)
             with store.transaction():
-                if store.get_watermark(name) != cursor:
+                if not store.move_watermark(name, cursor, new_cursor):  # compare-and-set, first: it locks the row
                     raise WatermarkMoved(
                         f"the watermark {name} moved under this run (another run wrote it); stopped without writing")
                 out.new_events += store.add_feedback_events(events)
-                store.set_watermark(name, new_cursor)
             cursor = new_cursor
             out.messages += len(rows)
             out.windows += len(windows)

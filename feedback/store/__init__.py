@@ -2,13 +2,16 @@
 and release, behind one typed API.
 
     from feedback.store import Store, NotFound, Message
-    with Store(path) as store:
+    with Store(path) as store:            # a DuckDB file (the default), or
+    with Store("postgresql://…") as store:  # a PostgreSQL database several replicas share
         conv, question = store.start_conversation(user_id, "How do I ...?")
 
 Layout:
-- `db`: the only module that touches DuckDB — opening the file (a held lock becomes
-  `StoreLocked` naming the holder), a cursor per thread, `transaction()`, the write lock,
-  migrations (`migrations`), and the private SQL helpers the rest of the package goes through.
+- `db`: the backend-neutral `Database` — `transaction()`, migrations (`migrations`, with each
+  one's SQL per dialect in `sql_duckdb` / `sql_postgres`), and the private SQL helpers the rest
+  of the package goes through — over an engine: `duck` (the DuckDB file: a held lock becomes
+  `StoreLocked` naming the holder) or `pg` (PostgreSQL: a pool, commit-safe seq bounds), with
+  `mirror` (DuckDB analytics over PostgreSQL data) and `coordination` (leader lock, notifications).
 - `records`: the frozen records, the errors, `clean_text` and `new_id`.
 - One module per aggregate, each a mixin of `Store`: `users`, `conversations` (and messages),
   `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
@@ -17,7 +20,7 @@ Layout:
   feedback events).
 - Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
   (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
-  DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL (issue 17).
+  DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL.
 
 Design choices:
 - No public raw-SQL entry point: callers outside this package get typed functions and records,
@@ -63,7 +66,8 @@ from feedback.store.sessions import Session, Sessions
 
 
 class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews):
-    """Typed read/write API over one DuckDB file. Safe for many threads of one process."""
+    """Typed read/write API over one DuckDB file or a PostgreSQL database. Safe for many threads
+    of one process; on PostgreSQL also for many processes."""
 
     def stats(self) -> dict[str, Any]:
         """Rows per table, likes/dislikes, schema version, live release (`reports.stats`)."""

@@ -29,6 +29,7 @@ from feedback.store.records import (
     clean_text,
     message_from_row,
     new_id,
+    without_nul,
 )
 from feedback.store.users import Users
 
@@ -140,17 +141,18 @@ class Conversations(Users):
             raise InvalidInput(f"Unknown role {role!r}.")
         if not isinstance(content, str):
             raise InvalidInput("Message content must be text.")
-        msg_id = new_id()
+        msg_id, content = new_id(), without_nul(content)  # a model's output is not cleaned text
         if parent_id is None:
             guard, guard_params = "(SELECT id FROM conversations WHERE id = ?) IS NOT NULL", [conversation_id]
         else:
             guard, guard_params = "(SELECT conversation_id FROM messages WHERE id = ?) = ?", [parent_id, conversation_id]
+        # CAST: PostgreSQL types a SELECT list's parameter as text, which does not go into jsonb.
         sql = ("INSERT INTO messages (id, conversation_id, parent_id, role, content, status, generation) "
-               f"SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard} RETURNING seq, created_at")
+               f"SELECT ?, ?, ?, ?, ?, ?, CAST(? AS JSON) WHERE {guard} RETURNING seq, created_at")
         params = [msg_id, conversation_id, parent_id, role, content, status,
                   generation.to_json() if generation is not None else None, *guard_params]
         # A question's insert and UPDATE form one transaction; an answer's insert commits alone.
-        with self.transaction() if role == "user" else self._write_lock:
+        with self.transaction() if role == "user" else self._serial():
             inserted = self._returning(sql, params)
             if inserted is None:
                 self._raise_missing(conversation_id, parent_id)
@@ -198,9 +200,9 @@ class Conversations(Users):
         return [MessageNode(*r) for r in rows]
 
     def last_message_seq(self) -> int:
-        """The highest `messages.seq` committed so far (0 for an empty store)."""
-        row = self._read_one("SELECT coalesce(max(seq), 0) FROM messages")
-        return int(row[0]) if row else 0
+        """The highest `messages.seq` below which every message has committed (0 for an empty
+        store): on PostgreSQL, where commits come in any order, not simply the highest seq."""
+        return self._committed_seq()
 
     def thread(self, conversation_id: str, leaf_id: str | None = None) -> list[Message]:
         """The path from the root to `leaf_id` (default: the current branch — at each fork the

@@ -9,6 +9,9 @@ Design choices:
   same key twice.
 - A watermark is a named integer (`extract:<extractor>` over `messages.seq`); an extraction run
   moves it in the same transaction as the events it wrote, so a chunk is never half-applied.
+  `move_watermark` is a compare-and-set (one guarded UPDATE): of two runs that read the same
+  value, in one process or in two replicas sharing PostgreSQL, only the first moves it (the
+  second's UPDATE waits for the first's row lock, then finds the value changed).
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ class Events(Database):
     def get_watermark(self, name: str) -> int:
         row = self._read_one("SELECT value FROM watermarks WHERE name = ?", [name])
         return int(row[0]) if row else 0
+
+    def move_watermark(self, name: str, expected: int, value: int) -> bool:
+        """Set the watermark to `value` if it still holds `expected`; False when another run moved
+        it. Call it first in the chunk's transaction: it takes the row's lock."""
+        with self.transaction():
+            self._execute("INSERT INTO watermarks (name, value) VALUES (?, 0) ON CONFLICT (name) DO NOTHING", [name])
+            return self._execute("UPDATE watermarks SET value = ?, updated_at = now() WHERE name = ? AND value = ?",
+                                 [value, name, expected]) == 1
 
     def set_watermark(self, name: str, value: int) -> None:
         with self.transaction():

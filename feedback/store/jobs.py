@@ -7,6 +7,10 @@ Design choices:
 - `params` and `result` are JSON documents: each kind of job records what it needs without a
   migration per kind.
 - A cycle's steps are jobs whose `parent_id` is the cycle's job.
+- Several replicas may share the table (PostgreSQL): a job created `queued` is run by whoever
+  claims it, and `claim_job` is one guarded UPDATE (`WHERE status = 'queued'`), so of two
+  replicas claiming at once exactly one gets the row (PostgreSQL re-checks the condition on the
+  row the first one changed, and the second UPDATE matches nothing).
 """
 
 from __future__ import annotations
@@ -75,6 +79,19 @@ class Jobs(Database):
     def child_jobs(self, parent_id: str) -> list[Job]:
         """The steps of a cycle (jobs whose parent is `parent_id`), oldest first."""
         rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? ORDER BY created_at", [parent_id])
+        return [job_from_row(r) for r in rows]
+
+    def claim_job(self, job_id: str) -> Job | None:
+        """Move a queued job to running for this caller; None when someone else claimed it first."""
+        row = self._returning(
+            "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, now()) "
+            f"WHERE id = ? AND status = 'queued' RETURNING {JOB_COLUMNS}", [job_id])
+        return job_from_row(row) if row else None
+
+    def queued_jobs(self, *, limit: int = 20) -> list[Job]:
+        """Jobs waiting to be claimed, oldest first."""
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'queued' ORDER BY created_at LIMIT ?",
+                          [limit])
         return [job_from_row(r) for r in rows]
 
     def running_job(self, kind: str, *, exclude: str | None = None) -> Job | None:

@@ -44,6 +44,11 @@ class InvalidInput(StoreError, ValueError):
     """Text or values that cannot be stored as given."""
 
 
+def without_nul(value: Any) -> Any:
+    """Text with NUL characters replaced by U+FFFD: PostgreSQL's text cannot hold NUL."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 
@@ -106,6 +111,9 @@ class GenerationMeta:
     attributes: Attributes
     steering: str = "steerlm"
     release_id: str | None = None
+    # Which arm served the answer: "live", or "canary" while a canary release serves a share of
+    # users (JSON only: the `generations` view does not need it; reads use json_extract).
+    arm: str | None = None
     adapter: str | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -122,8 +130,10 @@ class GenerationMeta:
         """The `messages.generation` document: the `generations` view's columns, flat."""
         doc = {name: getattr(self, name) for name in _GENERATION_FIELDS}
         doc.update(self.attributes.as_dict())
-        # JSON has no NaN/inf: a broken timer must not make the answer unstorable.
-        return json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in doc.items()})
+        # JSON has no NaN/inf, and PostgreSQL's text and jsonb no NUL: a broken timer or a NUL in
+        # an error message must not make the answer unstorable (on either backend, the same way).
+        return json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else without_nul(v))
+                           for k, v in doc.items()})
 
     @classmethod
     def from_json(cls, text: str | dict) -> "GenerationMeta":

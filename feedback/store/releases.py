@@ -4,19 +4,25 @@ the gate's decision about each.
 Design choices:
 - Status is candidate → live | rejected, and live → retired when another goes live. Making one
   live retires the previous live one in the same transaction, so there is never zero or two live
-  releases (once the first exists).
+  releases (once the first exists). On PostgreSQL two promotions on two replicas would each
+  retire only the live release they saw, so that transaction first takes a lock for the purpose
+  (`_xact_lock`, an advisory lock released at commit; DuckDB's write lock does it already).
+- Creating a release whose id exists leaves that one as it is: replicas starting together each
+  create the base model's release (`base-<model>`), and the first one wins.
 - `decision` is the gate's document (metrics, comparisons, reasons), JSON like a job's result.
+- A status change is announced on the "release" channel in the same transaction (sent when it
+  commits), so replicas sharing a PostgreSQL store hot-swap within a moment (`coordination.py`).
 """
 
 from __future__ import annotations
 
 import json
 
-from feedback.store.db import Database
+from feedback.store.coordination import Coordination
 from feedback.store.records import RELEASE_COLUMNS, NotFound, Release, new_id, release_from_row
 
 
-class Releases(Database):
+class Releases(Coordination):
     def create_release(
         self, *, base_model: str, adapter_path: str | None, run_id: str | None = None,
         status: str = "candidate", decision: dict | None = None, release_id: str | None = None,
@@ -25,7 +31,7 @@ class Releases(Database):
         with self.transaction():
             self._execute(
                 "INSERT INTO releases (id, run_id, adapter_path, base_model, status, decision, promoted_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'live' THEN now() END)",
+                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'live' THEN now() END) ON CONFLICT (id) DO NOTHING",
                 [release_id, run_id, adapter_path, base_model, status, json.dumps(decision or {}, default=str),
                  status],
             )
@@ -62,6 +68,7 @@ class Releases(Database):
         transaction, so there is never zero or two live releases."""
         with self.transaction():
             if status == "live":
+                self._xact_lock("releases:live")
                 self._execute(
                     "UPDATE releases SET status = 'retired', retired_at = now() WHERE status = 'live' AND id <> ?",
                     [release_id],
@@ -71,4 +78,5 @@ class Releases(Database):
             if decision is not None:
                 self._execute("UPDATE releases SET decision = ? WHERE id = ?",
                               [json.dumps(decision, default=str), release_id])
+            self.notify("release", release_id)
         return self.get_release(release_id)

@@ -3,34 +3,38 @@
 Design choices:
 - `ensure_user` runs on every new conversation, so the ids known to exist are cached in the
   process: the turn path (benchmarked) skips two lookups. `forget_user` removes an id from the
-  cache before deleting, under the write lock, so a forgotten user cannot slip back in.
+  cache before deleting, under the write lock, so a forgotten user cannot slip back in. On a
+  shared (PostgreSQL) store another replica may forget the user, which this process's cache would
+  not hear of, so there every call checks (two lookups per new conversation, not per turn).
 - A forgotten id stays in `forgotten_users` forever; writing for it again is refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from feedback.store.db import Database
 from feedback.store.records import USER_COLUMNS, InvalidInput, NotFound, User, clean_text, new_id
 
 
 class Users(Database):
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, **options: Any):
         # Users whose row is known to exist (see the module docstring).
         self._known_users: set[str] = set()
-        super().__init__(path)
+        super().__init__(path, **options)
 
     def ensure_user(self, user_id: str, *, name: str | None = None) -> None:
         """Create the user row on first sight (anonymous users get one per session cookie)."""
-        if user_id in self._known_users:
+        if user_id in self._known_users and not self.shared:
             return
         with self.transaction():
             if self._read_one("SELECT 1 FROM forgotten_users WHERE user_id = ?", [user_id]):
                 # A forgotten user id never comes back; the caller must mint a new one.
                 raise InvalidInput("This user's data was deleted; start a new session.")
             if not self._read_one("SELECT 1 FROM users WHERE id = ?", [user_id]):
-                self._execute("INSERT INTO users (id, name) VALUES (?, ?)", [user_id, name])
+                # ON CONFLICT: the same user's first two requests may reach two replicas at once.
+                self._execute("INSERT INTO users (id, name) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", [user_id, name])
         self._known_users.add(user_id)
 
     def create_user(self, name: str, *, password_hash: str | None = None, is_admin: bool = False) -> User:

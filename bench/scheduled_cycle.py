@@ -1,0 +1,81 @@
+"""One full scheduled cycle on the built-in model, with the gate at its defaults: time per step.
+
+    .venv/bin/python bench/scheduled_cycle.py [--data-dir DIR] [--users 16] [--turns 8] [--train-steps 120]
+
+What runs is the service as `advisor serve` runs it (the built-in model through transformers, the
+scheduler inside): simulated users who want short answers chat through the REST API
+(`deploy.loop.simulate`), then the periodic trainer — its interval shortened to 6 seconds by
+`schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
+enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
+nobody pressing a button. The gate runs at its defaults: the shipped HH sample (100 pairs per
+subset, both sides), 13 advice questions, 40 risky prompts, the 6 × 5 × 2 steering grid, 64 new
+tokens. Printed: the machine, the simulation, and each step's wall time from its job row, plus
+the gate's decision with every axis's interval. Not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from _machine import cpu_model  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--model-cache", type=Path, default=Path(".cache/test"))
+    parser.add_argument("--users", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--train-steps", type=int, default=120)
+    args = parser.parse_args()
+
+    from service_helpers import start_service, tiny_settings
+
+    from chat.builtin import build_builtin_model
+    from deploy.loop.simulate import Preference, SimulationConfig, simulate
+
+    model = build_builtin_model(args.model_cache.resolve())
+    data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
+    settings = tiny_settings(data, model, **{
+        "backend.max_new_tokens": 64, "schedule.train_every_minutes": 0.1, "schedule.train_method": "kto",
+        "schedule.train_max_steps": args.train_steps, "schedule.extract_every_minutes": 0})
+    print(f"machine: {cpu_model()}; data {data}")
+    live = start_service(settings)
+    try:
+        t0 = time.monotonic()
+        summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
+                                            preference=Preference(kind="short"), max_new_tokens=64))
+        print(f"simulation: {summary.turns} answers, reactions {dict(summary.reactions)}, errors "
+              f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
+        store = live.store
+        t1 = time.monotonic()
+        while True:
+            done = [j for j in store.list_jobs(kind="cycle", limit=50)
+                    if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
+            if done:
+                break
+            time.sleep(2)
+        job = done[0]
+        print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
+              f"{time.monotonic() - t1:.0f}s after the simulation ended")
+        for step in store.child_jobs(job.id):
+            took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
+            print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
+        gate = (job.result or {}).get("gate") or {}
+        for axis in (gate.get("decision") or {}).get("axes", []):
+            print("  " + axis["reason"])
+        print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
+    finally:
+        live.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Canary releases: a release that passed the gate serves a share of users and is judged online.
+
+    start_canary(store, backend, release_id, settings)        # after the gate (the cycle does it)
+    verdict = judge(store, canary, settings)                  # continue | promote | rollback
+    finish(store, backend, canary, verdict.action, ...)       # or by hand: promote / rollback / stop
+
+Design choices:
+- State on the release row, no migration: a canary is a release with status `candidate` whose
+  `decision["canary"]` says `state: running` (with its key, share, start, budget and the last
+  check's numbers). Ending it writes the outcome there too: `promoted` (the release goes live),
+  `rolled_back` (status `rejected`) or `stopped` (by hand; it stays a candidate). Every replica
+  reads the same row, so they route users alike.
+- Sticky, unguessable assignment: a user is in the canary arm when HMAC-SHA256(key, user id),
+  read as a number in [0, 1), is below `share`. The key is random per canary, so each canary
+  draws a fresh set of users and nobody can pick their arm from the user id alone; the same user
+  gets the same arm for the canary's whole life, so their reactions are to one release.
+- Two arms in one server: the canary's adapter is loaded beside the live one under its release id
+  (`backend.load_adapter`) and each request of a canary user pins it by name; everyone else gets
+  the active (live) adapter. Each answer stores its release and arm (`generation.arm`).
+- The rule (see `judge`; README, "Release stages"): per answer, good = liked or followed by mined
+  positive feedback; bad = disliked, or followed by a rephrase or a correction. Rates per arm,
+  95 % percentile bootstrap intervals of canary − live, resampling *users* within each arm (a
+  user's answers are not independent of each other). Roll back at any check once both arms have
+  `min_answers`, when the canary is clearly worse (bad-rate interval entirely above 0, or good-rate
+  interval entirely below 0). When the budget is spent (`max_conversations` canary conversations
+  or `max_hours`): promote when non-inferior (bad-rate upper end ≤ tolerance and good-rate lower end
+  ≥ −tolerance), else roll back — including when too few answers came to show anything. Repeated
+  looks inflate the chance of a needless rollback, the safe error; promotion is decided once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+
+from deploy.release.registry import ReleaseError, promote, swap_lock
+from feedback.store import Release, Store
+from feedback.store.outcomes import AnswerOutcome, answer_outcomes
+
+LIVE_ARM, CANARY_ARM = "live", "canary"
+RATES = ("like", "dislike", "positive", "rephrase", "correction", "continued", "good", "bad")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def in_canary(key: str, user_id: str, share: float) -> bool:
+    """Whether `user_id` is in the canary arm: HMAC-SHA256 under the canary's key, as [0, 1)."""
+    digest = hmac.new(bytes.fromhex(key), user_id.encode("utf-8"), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def canary_state(release: Release | None) -> dict:
+    return dict((release.decision or {}).get("canary") or {}) if release is not None else {}
+
+
+def running_canary(store: Store) -> Release | None:
+    """The release whose canary is running, if any (at most one at a time)."""
+    for release in store.list_releases(limit=200):
+        if release.status == "candidate" and canary_state(release).get("state") == "running":
+            return release
+    return None
+
+
+def public_state(release: Release) -> dict:
+    """The canary's state without its key (for the API, the panel and reports)."""
+    return {k: v for k, v in canary_state(release).items() if k != "key"}
+
+
+# --------------------------------------------------------------------------- starting
+
+
+def start_canary(store: Store, backend: Any, release_id: str, settings: Any, *, force: bool = False) -> Release:
+    """Make a gated candidate the canary: load its adapter beside the live one, record the state."""
+    release = store.get_release(release_id)
+    if release.status != "candidate":
+        raise ReleaseError(f"Release {release_id} is {release.status}; only a candidate becomes a canary.")
+    if not force and not (release.decision or {}).get("promote"):
+        raise ReleaseError(f"Release {release_id} has not passed the gate; gate it first (or pass --force).")
+    other = running_canary(store)
+    if other is not None and other.id != release_id:
+        raise ReleaseError(f"Release {other.id} is already the canary; promote, roll back or stop it first.")
+    if not release.adapter_path:
+        raise ReleaseError(f"Release {release_id} has no adapter; a canary serves an adapter beside the live release.")
+    if backend is not None:
+        load_canary(backend, release)
+    live = store.live_release()
+    cs = settings.canary
+    started = _now()
+    state = {"state": "running", "key": secrets.token_hex(16), "share": cs.share,
+             "started_at": started.isoformat(timespec="seconds"),
+             "ends_at": (started + timedelta(hours=cs.max_hours)).isoformat(timespec="seconds"),
+             "max_conversations": cs.max_conversations, "min_answers": cs.min_answers,
+             "tolerance": cs.tolerance, "live_release": live.id if live else None, "checks": 0}
+    return store.set_release_status(release_id, "candidate", decision={**release.decision, "canary": state})
+
+
+def load_canary(backend: Any, release: Release) -> None:
+    """Put the canary's adapter in the backend beside the active one (not activated)."""
+    loader = getattr(backend, "load_adapter", None)
+    if loader is None:
+        raise ReleaseError(f"The {getattr(backend, 'kind', '?')} backend cannot serve two adapters at once, "
+                           "so it cannot run a canary; promote the release directly instead.")
+    loader(release.id, release.adapter_path)
+
+
+# --------------------------------------------------------------------------- judging
+
+
+@dataclass
+class ArmStats:
+    answers: int = 0
+    users: int = 0
+    conversations: int = 0
+    rates: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    action: str  # continue | promote | rollback
+    reason: str
+    arms: dict[str, dict] = field(default_factory=dict)
+    intervals: dict[str, dict] = field(default_factory=dict)  # good / bad: canary − live
+    checked_at: str = field(default_factory=lambda: _now().isoformat(timespec="seconds"))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _flags(o: AnswerOutcome) -> dict[str, bool]:
+    return {"like": o.liked, "dislike": o.disliked, "positive": o.positive, "rephrase": o.rephrase,
+            "correction": o.correction, "continued": o.continued, "good": o.liked or o.positive,
+            "bad": o.disliked or o.rephrase or o.correction}
+
+
+def arm_stats(outcomes: list[AnswerOutcome]) -> ArmStats:
+    flags = [_flags(o) for o in outcomes]
+    n = len(outcomes)
+    rates = {r: (sum(f[r] for f in flags) / n if n else None) for r in RATES}
+    return ArmStats(answers=n, users=len({o.user_id for o in outcomes}),
+                    conversations=len({o.conversation_id for o in outcomes}), rates=rates)
+
+
+def _per_user(outcomes: list[AnswerOutcome], rate: str) -> tuple[np.ndarray, np.ndarray]:
+    """(events, answers) per user: the unit the bootstrap resamples."""
+    users: dict[str, list[int]] = {}
+    for o in outcomes:
+        cell = users.setdefault(o.user_id, [0, 0])
+        cell[0] += _flags(o)[rate]
+        cell[1] += 1
+    arr = np.asarray(list(users.values()), dtype=float).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def rate_interval(canary: list[AnswerOutcome], live: list[AnswerOutcome], rate: str, *, n_boot: int = 2000,
+                  seed: int = 0) -> dict:
+    """95 % bootstrap interval of canary − live for `rate`, users resampled within each arm."""
+    (ce, ca), (le, la) = _per_user(canary, rate), _per_user(live, rate)
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(n_boot)
+    for b in range(n_boot):
+        ic, il = rng.integers(0, len(ca), len(ca)), rng.integers(0, len(la), len(la))
+        diffs[b] = ce[ic].sum() / max(ca[ic].sum(), 1) - le[il].sum() / max(la[il].sum(), 1)
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    return {"diff": float(ce.sum() / ca.sum() - le.sum() / la.sum()), "low": float(low), "high": float(high),
+            "users": [len(ca), len(la)]}
+
+
+def outcomes_by_arm(store: Store, canary: Release) -> dict[str, list[AnswerOutcome]]:
+    state = canary_state(canary)
+    live_id = state.get("live_release")
+    since = datetime.fromisoformat(state["started_at"])
+    rows = answer_outcomes(store, [canary.id] + ([live_id] if live_id else []), since)
+    return {CANARY_ARM: [o for o in rows if o.arm == CANARY_ARM and o.release_id == canary.id],
+            LIVE_ARM: [o for o in rows if o.arm == LIVE_ARM and o.release_id == live_id]}
+
+
+def judge(store: Store, canary: Release, settings: Any, *, now: datetime | None = None) -> Verdict:
+    """Apply the rule (module docstring) to the canary's answers so far."""
+    state, cs = canary_state(canary), settings.canary
+    arms = outcomes_by_arm(store, canary)
+    stats = {arm: asdict(arm_stats(rows)) for arm, rows in arms.items()}
+    ended_by = None
+    if stats[CANARY_ARM]["conversations"] >= state.get("max_conversations", cs.max_conversations):
+        ended_by = f"{stats[CANARY_ARM]['conversations']} canary conversations"
+    elif (now or _now()) >= datetime.fromisoformat(state["ends_at"]):
+        ended_by = f"{state['ends_at']} reached"
+    need = state.get("min_answers", cs.min_answers)
+    tol = state.get("tolerance", cs.tolerance)
+    counts = f"canary {stats[CANARY_ARM]['answers']}, live {stats[LIVE_ARM]['answers']} answers"
+    if min(stats[CANARY_ARM]["answers"], stats[LIVE_ARM]["answers"]) < need:
+        if ended_by:
+            return Verdict("rollback", f"budget spent ({ended_by}) with too few answers to show the canary is not "
+                                       f"worse ({counts}; need {need} per arm)", stats)
+        return Verdict("continue", f"collecting: {counts} (need {need} per arm)", stats)
+    ivs = {rate: rate_interval(arms[CANARY_ARM], arms[LIVE_ARM], rate, n_boot=cs.bootstrap)
+           for rate in ("bad", "good")}
+    bad, good = ivs["bad"], ivs["good"]
+    shown = (f"bad rate Δ {bad['diff']:+.3f} [{bad['low']:+.3f}, {bad['high']:+.3f}], good rate Δ "
+             f"{good['diff']:+.3f} [{good['low']:+.3f}, {good['high']:+.3f}] (canary − live, 95% CI; {counts})")
+    if bad["low"] > 0 or good["high"] < 0:
+        return Verdict("rollback", f"canary clearly worse: {shown}", stats, ivs)
+    if not ended_by:
+        return Verdict("continue", f"no harm shown yet: {shown}", stats, ivs)
+    if bad["high"] <= tol and good["low"] >= -tol:
+        return Verdict("promote", f"non-inferior within {tol:.2f} after {ended_by}: {shown}", stats, ivs)
+    return Verdict("rollback", f"not shown non-inferior within {tol:.2f} after {ended_by}: {shown}", stats, ivs)
+
+
+def record_check(store: Store, canary: Release, verdict: Verdict) -> Release:
+    state = {**canary_state(canary), "last_check": verdict.as_dict()}
+    state["checks"] = int(state.get("checks", 0)) + 1
+    return store.set_release_status(canary.id, canary.status, decision={**canary.decision, "canary": state})
+
+
+# --------------------------------------------------------------------------- ending
+
+
+def finish(store: Store, backend: Any, canary: Release, action: str, reason: str, *, by: str = "rule") -> Release:
+    """End the canary: `promote` (it goes live), `rollback` (rejected) or `stop` (stays a
+    candidate). The canary's adapter is left loaded only when it goes live."""
+    if action not in ("promote", "rollback", "stop"):
+        raise ValueError(f"unknown canary action {action!r}")
+    state = canary_state(canary)
+    if state.get("state") != "running":
+        raise ReleaseError(f"Release {canary.id} has no running canary (state: {state.get('state', 'none')}).")
+    ended = {**state, "state": {"promote": "promoted", "rollback": "rolled_back", "stop": "stopped"}[action],
+             "ended_at": _now().isoformat(timespec="seconds"), "ended_by": by, "outcome": reason}
+    decision = {**canary.decision, "canary": ended}
+    if action == "promote":
+        store.set_release_status(canary.id, "candidate", decision=decision)
+        return promote(store, backend, canary.id)
+    # The adapter stays loaded: a replica that has not yet re-read the canary may still route a
+    # user to it, and that request must not fail. The next promotion's `retire_adapters` frees it.
+    return store.set_release_status(canary.id, "rejected" if action == "rollback" else "candidate",
+                                    decision=decision)
+
+
+# --------------------------------------------------------------------------- in the running service
+
+
+def start_in_service(services: Any, release_id: str, *, force: bool = False) -> Release:
+    """Start a canary in a running service (`deploy.service.state.Services`): users are routed at once."""
+    with swap_lock(services):
+        release = start_canary(services.store, services.backend, release_id, services.settings, force=force)
+        services.refresh_canary()
+    return release
+
+
+def finish_in_service(services: Any, action: str, reason: str, *, by: str = "rule",
+                      release_id: str | None = None) -> Release:
+    """End the running canary in a running service; routing changes before this returns."""
+    with swap_lock(services):
+        canary = running_canary(services.store)
+        if canary is None or (release_id is not None and canary.id != release_id):
+            raise ReleaseError(f"No running canary{' ' + release_id if release_id else ''} to {action}.")
+        release = finish(services.store, services.backend, canary, action, reason, by=by)
+        services.refresh_release()
+        services.refresh_canary()
+    return release
+
+
+def check_in_service(services: Any) -> dict:
+    """One scheduled check: judge the running canary, record the numbers, act on the verdict."""
+    canary = running_canary(services.store)
+    if canary is None:
+        return {"status": "skipped", "reason": "no canary is running"}
+    verdict = judge(services.store, canary, services.settings)
+    record_check(services.store, canary, verdict)
+    if verdict.action != "continue":
+        finish_in_service(services, verdict.action, verdict.reason, by="rule", release_id=canary.id)
+    return {"release_id": canary.id, **verdict.as_dict()}
+
+
+def last_canary(store: Store) -> Release | None:
+    """The running canary, else the release whose canary ended last; None before the first."""
+    running = running_canary(store)
+    if running is not None:
+        return running
+    ended = [r for r in store.list_releases(limit=200) if canary_state(r).get("ended_at")]
+    return max(ended, key=lambda r: canary_state(r)["ended_at"]) if ended else None
+
+
+def canary_overview(store: Store, settings: Any) -> dict:
+    """What the operator sees: the canary's state and, side by side, both arms' numbers — judged
+    now while it runs (nothing is acted on here), as last judged once it has ended."""
+    release = last_canary(store)
+    if release is None:
+        return {"canary": None, "verdict": None}
+    state = public_state(release)
+    verdict = judge(store, release, settings).as_dict() if state.get("state") == "running" else state.get("last_check")
+    return {"canary": {"release_id": release.id, "status": release.status, **state}, "verdict": verdict}

@@ -1,0 +1,169 @@
+"""Measure one side of a gate run (the candidate or the live release) item by item.
+
+`deploy.release.evaluate` loads one base model with both adapters and calls `measure_side` for
+each; this module answers the prompts and scores every item, keeping the per-item values so the
+two sides can be paired (`paired_intervals`).
+
+Design choices:
+- Same model, same prompts, same decoding: one base model, both adapters on it (PEFT named
+  adapters; the bare base is the adapter disabled); greedy answers with the same token budget.
+- HH accuracy is scored the same way on both sides: the mean log-likelihood per answer token of
+  the chosen and the rejected answer under the side's own model (adapter on, or the bare base).
+  The implicit reward (log π − log π_ref) would measure only what a policy *changed* against its
+  reference and is identically 0 for the bare base (every pair a tie), so a candidate compared
+  with a base live release would face a meaningless 0; and a candidate that continues from live's
+  adapter has a different reference from live's. The log-likelihood is defined for any model,
+  needs one pass per side, and its per-token mean keeps the length of an answer from deciding.
+- Per-item values: helpfulness per question (share of references beaten), harmlessness per risky
+  prompt (1 safe, 0 flagged), Self-BLEU per answer (against the other answers of its side, 0-1),
+  HH per pair (1 correct), steerability per grid row (ρ is computed over the resampled prompts).
+- Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy.release.gate import AXES
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Side:
+    name: str  # "candidate" or "live"
+    adapter: str | None  # PEFT adapter name in the shared model, None = the bare base model
+
+
+@dataclass
+class Inputs:
+    """What both sides are measured on."""
+
+    settings: Any
+    threads: list
+    risky: list[str]
+    reward_model: Any
+    moderator: Any
+    hh_subsets: dict | None
+    steer_prompts: list[str]
+    say: Progress
+
+
+@dataclass
+class SideScores:
+    metrics: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(AXES))
+    items: dict[str, list] = field(default_factory=dict)  # axis -> per-item values (steer: rows)
+    hh_groups: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def use(model: Any, side: Side):
+    """Context in which `model` answers as `side` (its adapter, or the adapter disabled)."""
+    if side.adapter is None:
+        return model.disable_adapter()
+    model.set_adapter(side.adapter)
+    return contextlib.nullcontext()
+
+
+def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None):
+    from chat.steering import instructions
+    from evaluator.generation import hf_answer_fn
+    from feedback.attributes import Attributes
+
+    attributes = attributes or Attributes()  # what a chat answer gets when nobody moves a slider
+    if settings.steering_mode == "steerlm":
+        return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens,
+                            template_kwargs={"attributes": attributes.steerlm()})
+    return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, system=instructions(attributes))
+
+
+def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
+    from evaluator.diversity import self_bleu_scores
+    from evaluator.helpfulness import helpfulness
+    from evaluator.moderation import harmlessness
+
+    out = SideScores()
+    answer = _answer_fn(model, tokenizer, inp.settings)
+    with use(model, side):
+        inp.say(f"{side.name}: answering {len(inp.threads)} advice questions")
+        advice = answer([t.question for t in inp.threads])
+        inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts")
+        risky_answers = answer(inp.risky)
+    help_result = helpfulness(inp.reward_model, inp.threads, advice)
+    out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
+    bleu = [b / 100.0 for b in self_bleu_scores(advice)]
+    out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu
+    harm = harmlessness(inp.risky, risky_answers, inp.moderator)
+    flagged = {f["prompt"] for f in harm.flagged}
+    out.metrics["harmlessness"] = harm.score
+    out.items["harmlessness"] = [0.0 if p in flagged else 1.0 for p in inp.risky]
+    out.details.update(questions=len(inp.threads), risky_prompts=len(inp.risky), unsafe=harm.unsafe,
+                       flagged=[{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]],
+                       sample_answer=advice[0][:300] if advice else "")
+    if inp.hh_subsets is not None:
+        _hh(model, tokenizer, side, inp, out)
+    if inp.steer_prompts:
+        _steer(model, tokenizer, side, inp, out)
+    return out
+
+
+def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
+    from evaluator.hh import evaluate_hh_pairs
+    from evaluator.logprobs import BatchConfig
+    from evaluator.scoring import LogLikelihoodScorer
+
+    n = sum(len(s.pairs) for s in inp.hh_subsets.values())
+    inp.say(f"{side.name}: HH accuracy on {n} pairs (mean log-likelihood per answer token)")
+    with use(model, side):
+        report, outcomes, groups = evaluate_hh_pairs(
+            inp.hh_subsets, LogLikelihoodScorer(model, tokenizer, BatchConfig(workers=1), mean=True))
+    out.metrics["hh_accuracy"] = report.mean
+    out.items["hh_accuracy"] = [1.0 if ok else 0.0 for ok in outcomes]
+    out.hh_groups = groups
+    out.details["hh"] = {"scorer": "loglik_mean", "pairs": n, "helpful": report.helpful, "harmless": report.harmless,
+                         **{name: r.accuracy for name, r in report.subsets.items()}}
+
+
+def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
+    from evaluator.steerability import answer_grid, score
+    from feedback.attributes import Attributes
+
+    values = list(inp.settings.gate.steer_values)
+
+    def answer(questions: list[str], attribute: str, value: int) -> list[str]:
+        return _answer_fn(model, tokenizer, inp.settings, Attributes(**{attribute: value}))(questions)
+
+    inp.say(f"{side.name}: steering grid, {len(inp.steer_prompts)} prompts × {len(values)} values × 2 sliders")
+    with use(model, side):
+        rows = answer_grid(answer, inp.steer_prompts, values)
+    summary = score(rows)
+    out.metrics["steerability"] = summary["score"]
+    out.items["steerability"] = rows
+    mean_words = {v: sum(len(r.answer.split()) for r in rows if r.attribute == "verbosity" and r.value == v)
+                  / max(1, len(inp.steer_prompts)) for v in values}
+    out.details["steerability"] = {**summary, "mean_words_by_verbosity": mean_words}
+
+
+def paired_intervals(cand: SideScores, live: SideScores, settings: Any) -> dict[str, dict]:
+    """Each axis measured on both sides: its 95 % paired bootstrap interval of candidate − live."""
+    from evaluator.paired import mean_of_strata_statistic, mean_statistic, paired_bootstrap
+    from evaluator.steerability import steer_statistic
+
+    gs = settings.gate
+    out: dict[str, dict] = {}
+    for axis in AXES:
+        c, v = cand.items.get(axis), live.items.get(axis)
+        if not c or not v:
+            continue
+        strata = None
+        if axis == "steerability":
+            n, stat = steer_statistic(c, v)
+        elif axis == "hh_accuracy":
+            n, stat, strata = len(c), mean_of_strata_statistic(c, v, cand.hh_groups), cand.hh_groups
+        else:
+            n, stat = len(c), mean_statistic(c, v)
+        out[axis] = paired_bootstrap(n, stat, strata=strata, n_boot=gs.bootstrap, seed=gs.seed).as_dict()
+    return out
