@@ -8,6 +8,8 @@ Vocabulary (the `action` column; `target` in brackets):
 - gate [run id], train [run id], cancel [run id], cycle, extract — the CLI's direct runs
   (through `--url` they go via the API and are recorded there as `job`)
 - forget [user id] (details: rows deleted per table), export [format] (details: where, how many)
+- review [feedback event id] — an operator's verdict on a mined event (details: verdict, category,
+  review_id); surfaces: api, operator
 Actors: the signed-in admin's user id ("admin" for `server.admin_user`), "admin-token" for the
 bearer token, "cli:<os user>" for a command run on the database directly. `details.surface` says
 which surface it came through (api | operator | cli).
@@ -36,7 +38,7 @@ from feedback.store import InvalidInput, NotFound, Store, StoreError
 log = logging.getLogger("advisor.audit")
 
 ACTIONS = ("promote", "rollback", "refresh", "job", "gate", "train", "cancel", "cycle", "extract", "forget",
-           "export")
+           "export", "review")
 
 
 @dataclass
@@ -87,3 +89,15 @@ def record(store: Store, actor: str, action: str, target: str, details: dict[str
         store.audit(actor, action, target, details)
     except (StoreError, OSError, ValueError, TypeError):
         log.exception("could not write the audit entry %s %s %s %s", actor, action, target, details)
+
+
+def record_review(store: Store, actor: str, event_id: str, verdict: str, category: str | None, *,
+                  surface: str) -> dict:
+    """An operator's verdict on a mined feedback event (`Store.add_review`), audited with its
+    outcome; the one way the admin API and the operator screen record one. Raises the store's
+    NotFound / InvalidInput."""
+    with audited(store, actor, "review", event_id, surface=surface, verdict=verdict,
+                 category=category or None) as entry:
+        review = store.add_review(event_id, actor, verdict, category or None)
+        entry.details["review_id"] = review.id
+    return review.as_dict()

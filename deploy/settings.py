@@ -124,6 +124,22 @@ class ScheduleSettings:
 
 
 @dataclass
+class ExtractionSettings:
+    # The LLM extractor's model. Empty url: the serving backend (the served pretrained model, or
+    # whatever backend.kind names). Else any OpenAI-compatible server, e.g. a larger model on vLLM
+    # beside the chat's (`advisor extract eval --extractor llm --url URL --model NAME` overrides).
+    url: str = ""
+    model: str = ""  # the served model's name at `url`; empty = the first model the server lists
+    api_key: str = "EMPTY"
+    timeout_s: float = pydantic.Field(default=300.0, gt=0)
+    # Conversations per model call; on a server they go out as this many concurrent requests, which
+    # it batches (continuous batching). 1 = one conversation at a time.
+    batch_size: int = pydantic.Field(default=16, ge=1, le=512)
+    # The authors' extraction script allowed 200 new tokens.
+    max_new_tokens: int = pydantic.Field(default=200, ge=16, le=4096)
+
+
+@dataclass
 class VLLMSettings:
     # The vLLM server (`advisor serve-model`); it runs in its own environment, see deploy/vllm.py.
     # Interpreter of that environment; when this default is absent, a python with vllm on PATH.
@@ -258,6 +274,7 @@ class Settings:
     backend: BackendSettings = field(default_factory=BackendSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    extraction: ExtractionSettings = field(default_factory=ExtractionSettings)
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)

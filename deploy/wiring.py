@@ -94,9 +94,9 @@ def register_jobs(registry: "JobRegistry") -> list[str]:
 
 def operator_panels(services: Any) -> list["PanelBuilder"]:
     """The operator screen's panels below its overview, top to bottom."""
-    from deploy.operator import audit, canary, controls, cycle, feedback, releases, serving, training
+    from deploy.operator import audit, canary, controls, cycle, feedback, releases, review, serving, training
 
-    modules = (feedback, serving, releases, canary, controls, training, cycle, audit)
+    modules = (feedback, review, serving, releases, canary, controls, training, cycle, audit)
     return [module.operator_panel(services) for module in modules]
 
 

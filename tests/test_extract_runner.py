@@ -210,7 +210,7 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
         out = []
         for prompt in batch:
             body = prompt[-1]["content"]
-            latest = body.split("<latest_user_message>\n")[1].split("\n</latest_user_message>")[0]
+            latest = body.rsplit("\n# user: ", 1)[1].removesuffix("\n")  # the conversation's last turn
             out.append(replies.get(latest, "no idea"))
         return out
 
@@ -266,6 +266,33 @@ def test_reopened_store_keeps_the_watermark(store_target):
         assert run_extraction(s, fast(), lock=threading.Lock()).messages == 0
 
 
+def test_llm_sees_the_whole_branch_and_reports_only_new_turns(store):
+    """Each run gives the model the whole conversation on the message's branch (as the paper
+    did); spans in turns an earlier run read, or on another branch, are not reported again."""
+    first = add_conversation(store, ["How do I sleep better?", ANSWER, "Thanks!", "Also, avoid coffee."])
+    prompts: list[str] = []
+    reply = ('{"User Response Pattern": "UR5", "User Response Text": "Thanks!"}\n'
+             '{"User Response Pattern": "UR4", "User Response Text": "Why coffee?"}')
+
+    def complete(batch):
+        prompts.extend(p[-1]["content"] for p in batch)
+        return [reply] * len(batch)
+
+    result = run_extraction(store, LLMExtractor(complete), lock=threading.Lock())
+    assert result.new_events == 1 and len(prompts) == 1
+    later = store.add_message(first[0].conversation_id, "user", "Why coffee?", parent_id=first[-1].id)
+    # An edit of the first feedback turn: a second branch, which must not be mixed into the first.
+    store.add_message(first[0].conversation_id, "user", "Ok, and what about tea?", parent_id=first[1].id)
+    result = run_extraction(store, LLMExtractor(complete), lock=threading.Lock())
+    assert len(prompts) == 3  # one per branch
+    assert prompts[1].endswith("# user: How do I sleep better?\n# assistant: " + ANSWER + "\n# user: Thanks!\n"
+                               "# assistant: Also, avoid coffee.\n# user: Why coffee?\n")
+    assert "Why coffee?\n" not in prompts[2] and prompts[2].endswith("# user: Ok, and what about tea?\n")
+    assert {(r[0], r[1], r[2]) for r in events(store)} == {
+        (first[2].id, "positive", "Thanks!"), (later.id, "ask_clarification", "Why coffee?")}
+    assert result.new_events == 1 and result.dropped["span_in_earlier_turn"] == 1
+
+
 def test_records_on_a_job_row_the_caller_made(store):
     """The service's job registry creates the row; the run fills it in (one row per run)."""
     _seed(store, 2)
@@ -292,7 +319,7 @@ def test_both_extractors_record_who_found_each_event(store):
     result = run_extraction(store, both, lock=threading.Lock())
     assert result.per_extractor == {"fast": 1, "llm": 1} and result.per_category["positive"] == 2
     rows = peek(store, "SELECT extractor, extractor_version, span FROM feedback_events ORDER BY extractor")
-    assert [(r[0], r[1]) for r in rows] == [("fast", both.versions["fast"]), ("llm", "llm-1")]
+    assert [(r[0], r[1]) for r in rows] == [("fast", both.versions["fast"]), ("llm", "llm-2-paper")]
     assert both.versions["fast"].startswith("fast-2+")  # the classifier path, and which model
     assert rows[0][2] == rows[1][2] == "Thanks, that's really helpful!"
     assert store.get_watermark("extract:fast+llm") > 0 and store.get_watermark("extract:fast") == 0

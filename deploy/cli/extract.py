@@ -2,12 +2,14 @@
 
     advisor extract [--extractor fast|llm|both] [--chunk-size N] [--json]
     advisor extract --url http://HOST:PORT          (ask the running service to do it)
-    advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--json]
+    advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--url URL --model NAME] [--json]
+    advisor extract reviews export --out FILE | precision   (operators' reviews: `deploy.cli.reviews`)
 
 Design choices:
-- The LLM kinds get a completion function made here, in the composition root, from the
-  configured backend (`deploy.serving.factory.make_backend`): greedy decoding, no attributes. `feedback`
-  never sees a backend object.
+- The LLM kinds get a completion function made here, in the composition root: greedy decoding, no
+  attributes, on the extraction model (`extraction.url`, or `eval --url/--model`: any
+  OpenAI-compatible server, a batch going out as concurrent requests) or else the configured
+  serving backend (`deploy.serving.factory.make_backend`). `feedback` never sees a backend object.
 - A run from the CLI takes the same path as the service's scheduled job (`run_extraction`, a
   `jobs` row, the watermark); only the lock is private to this process, which is enough because
   DuckDB keeps any other process off the file while we hold it. When the service holds the file,
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -30,12 +33,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploy.cli import reviews
 from deploy.cli.common import settings_of
 from deploy.settings import Settings
 
 err = Console(stderr=True)
 
-LLM_MAX_NEW_TOKENS = 160
 
 
 class ExtractorKind(str, Enum):
@@ -50,19 +53,27 @@ class Split(str, Enum):
     all = "all"
 
 
-def completion_function(settings: Settings):
-    """`complete(batch_of_message_lists) -> list[str]` on the configured backend (greedy)."""
-    from deploy.serving.factory import greedy_completion, make_backend, model_needs_build
+def completion_function(settings: Settings, *, url: str | None = None, model: str | None = None,
+                        batch_size: int | None = None):
+    """`complete(batch_of_message_lists) -> list[str]` on the extraction model (greedy): the
+    OpenAI-compatible server at `url` / `extraction.url`, else the configured serving backend."""
+    from deploy.serving.factory import extraction_backend, greedy_completion, make_backend, model_needs_build
 
-    if model_needs_build(settings):
-        err.print(f"Making the {settings.backend.kind} model first (once; it is cached in the data directory)...")
-    return greedy_completion(make_backend(settings), settings.steering_mode, max_new_tokens=LLM_MAX_NEW_TOKENS)
+    backend = extraction_backend(settings, url=url, model=model, concurrency=batch_size)
+    if backend is None:
+        if model_needs_build(settings):
+            err.print(f"Making the {settings.backend.kind} model first (once; it is cached in the data directory)...")
+        backend = make_backend(settings)
+    return greedy_completion(backend, settings.steering_mode, max_new_tokens=settings.extraction.max_new_tokens)
 
 
-def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int):
+def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int | None, *, url: str | None = None,
+               model: str | None = None):
     from feedback.extract import make_extractor
 
-    complete = completion_function(settings) if kind is not ExtractorKind.fast else None
+    batch_size = batch_size or settings.extraction.batch_size
+    complete = (completion_function(settings, url=url, model=model, batch_size=batch_size)
+                if kind is not ExtractorKind.fast else None)
     return make_extractor(kind.value, complete=complete, batch_size=batch_size)
 
 
@@ -70,7 +81,8 @@ def extract(
     ctx: typer.Context,
     extractor: ExtractorKind = typer.Option(ExtractorKind.fast, "--extractor", "-e", help="fast (no LLM), llm, or both."),
     chunk_size: int = typer.Option(2000, "--chunk-size", min=1, help="User messages per chunk (one transaction each)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per model call (llm, both)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
+                                             help="Conversations per model call (llm, both; default extraction.batch_size)."),
     url: Optional[str] = typer.Option(None, "--url", help="Run it in the service that holds the database instead."),
     token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job result as JSON."),
@@ -122,7 +134,12 @@ def evaluate_cmd(
     gold: Optional[Path] = typer.Option(None, "--gold", "-g", help="Gold JSON lines (default: the shipped dev set)."),
     split: Split = typer.Option(Split.all, "--split", help="Only conversations of this split (the shipped set: dev | test)."),
     extractor: ExtractorKind = typer.Option(ExtractorKind.fast, "--extractor", "-e"),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per model call (llm, both)."),
+    batch_size: Optional[int] = typer.Option(
+        None, "--batch-size", min=1, help="Conversations per model call; on a server, concurrent requests "
+        "(default extraction.batch_size)."),
+    url: Optional[str] = typer.Option(None, "--url", help="An OpenAI-compatible server for the LLM (e.g. vLLM: "
+                                      "http://HOST:PORT/v1; default extraction.url, else the serving backend)."),
+    model: Optional[str] = typer.Option(None, "--model", help="The model name at --url (default: the server's first)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N conversations (quick LLM checks)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -140,11 +157,14 @@ def evaluate_cmd(
         raise typer.Exit(2) from None
     if limit:
         conversations = conversations[:limit]
-    ex = _extractor(settings_of(ctx), extractor, batch_size)
+    ex = _extractor(settings_of(ctx), extractor, batch_size, url=url, model=model)
+    started = time.perf_counter()
     predictions, run = predict(ex, conversations)
+    seconds = time.perf_counter() - started
     metrics = evaluate(conversations, predictions, n_bootstrap=bootstrap, seed=seed)
-    metrics.update({"extractor": extractor.value, "gold": str(path), "split": split.value,
-                    "extractor_stats": dict(run.stats), "errors": run.errors[:20]})
+    metrics.update({"extractor": extractor.value, "gold": str(path), "split": split.value, "limit": limit,
+                    "extractor_stats": dict(run.stats), "errors": run.errors[:20], "seconds": round(seconds, 2),
+                    "conversations_per_s": round(len(conversations) / seconds, 3) if seconds > 0 else None})
     if as_json:
         print(json.dumps(metrics, default=str))
         return
@@ -164,7 +184,8 @@ def evaluate_cmd(
         confusion.add_row(label, *[str(v) for v in row])
     console.print(confusion)
     err.print(f"{metrics['n_conversations']} conversations ({split.value} split of {path.name}), "
-              f"{metrics['n_gold']} gold spans, {metrics['n_predicted']} predicted, extractor {extractor.value}")
+              f"{metrics['n_gold']} gold spans, {metrics['n_predicted']} predicted, extractor {extractor.value}, "
+              f"{metrics['seconds']:.1f}s")
 
 
 def register(app: typer.Typer) -> None:
@@ -172,4 +193,5 @@ def register(app: typer.Typer) -> None:
                         invoke_without_command=True)
     group.callback(invoke_without_command=True)(extract)
     group.command("eval")(evaluate_cmd)
+    reviews.register(group)
     app.add_typer(group, name="extract")

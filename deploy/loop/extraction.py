@@ -2,28 +2,29 @@
 
 One `ExtractionRunner` per service holds the store's extraction lock, so a scheduled run and a
 manual one never process the same messages: the second waits (manual) or records 'skipped'
-(schedule). The LLM extractor gets a greedy completion function over the service's own backend,
-so in production it runs on vLLM beside the chat.
+(schedule). The LLM extractor gets a greedy completion function over the extraction model when
+`extraction.url` names one (a larger model on its own vLLM server), else over the service's own
+backend, so in production it runs on vLLM beside the chat.
 """
 
 from __future__ import annotations
 
 from deploy.loop.jobs import JobContext, JobRegistry
-from deploy.serving.factory import greedy_completion
+from deploy.serving.factory import extraction_backend, greedy_completion
 from feedback.extract import make_extractor
 from feedback.extract.runner import ExtractionRunner, run_extraction
-
-LLM_MAX_NEW_TOKENS = 160
 
 
 def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
     settings = ctx.settings
+    own = extraction_backend(settings)  # made once: its HTTP client is reused by every run
 
     def extractor_for(kind: str):
         complete = None
         if kind != "fast":
-            complete = greedy_completion(ctx.backend, settings.steering_mode, max_new_tokens=LLM_MAX_NEW_TOKENS)
-        return make_extractor(kind, complete=complete)
+            complete = greedy_completion(own or ctx.backend, settings.steering_mode,
+                                         max_new_tokens=settings.extraction.max_new_tokens)
+        return make_extractor(kind, complete=complete, batch_size=settings.extraction.batch_size)
 
     runner = ExtractionRunner(ctx.store, extractor_for)
     ctx.extras["extraction"] = runner

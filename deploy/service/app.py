@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from chat.backends import Backend, BackendError
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
-from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages
+from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages, review_routes
 from deploy.service.auth import Auth, Identity, session_secret
 from deploy.service.errors import install_error_handlers
 from deploy.service.identity import IdentityMiddleware
@@ -133,7 +133,7 @@ def create_app(settings: Settings, *, backend: Backend | None = None, store: Sto
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts every response
     install_error_handlers(app)
     for routes in (chat_routes.router, account_routes.router, admin_routes.router, audit_routes.router,
-                   pages.router):
+                   review_routes.router, pages.router):
         app.include_router(routes)
     openai_routes.install(app)
 

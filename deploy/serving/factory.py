@@ -121,6 +121,20 @@ def turn_context(settings: Settings, store: Store, backend: Backend, *, source: 
                        max_chars=settings.server.max_message_chars, source=source)
 
 
+def extraction_backend(settings: Settings, *, url: str | None = None, model: str | None = None,
+                       concurrency: int | None = None) -> Backend | None:
+    """The LLM extractor's own backend: an OpenAI-compatible server when `url` (or
+    `extraction.url`) names one, sending up to `concurrency` requests at once; None means the
+    serving backend (the caller has it or makes it with `make_backend`)."""
+    e = settings.extraction
+    url = url or e.url
+    if not url:
+        return None
+    return OpenAICompatibleBackend(url, model=model or e.model, api_key=e.api_key, timeout_s=e.timeout_s,
+                                   max_retries=settings.backend.max_retries,
+                                   max_concurrency=concurrency or e.batch_size)
+
+
 def greedy_completion(backend: Backend, steering: str, *, max_new_tokens: int = 160):
     """`complete(batch_of_message_lists) -> list[str]` on a backend, greedy and without attributes:
     the plain completion function `feedback` and `evaluator` take instead of a backend object."""

@@ -1,12 +1,14 @@
 """Natural-feedback extraction: find the feedback users give without being asked.
 
-- `FastExtractor` (cues + MiniLM for doubtful rephrases; no LLM), `LLMExtractor` (any completion
-  function), `CombinedExtractor` (both, each span labelled with its finder); `make_extractor`.
+- `FastExtractor` (cues + MiniLM for doubtful rephrases; no LLM), `LLMExtractor` (Don-Yahiya et
+  al.'s prompt over whole conversations, on any completion function), `CombinedExtractor` (both,
+  each span labelled with its finder); `make_extractor`.
 - `run_extraction` / `ExtractionRunner`: incremental, chunked, watermarked runs over the store,
   each a `jobs` row. (What the operator tab reads of their output: `feedback.store.reports`.)
 - `load_gold`, `predict`, `evaluate`: the paper's span and category precision/recall with
   bootstrap intervals, on gold files such as the shipped `feedback/data/dev_gold.jsonl`.
 - `tune`: the fast extractor's thresholds, fitted on the dev split.
+- `reviews`: what operators' reviews of mined events add up to (precision by week, a gold file).
 """
 
 from __future__ import annotations

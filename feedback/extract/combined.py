@@ -20,6 +20,7 @@ class CombinedExtractor:
         self.name = "+".join(e.name for e in extractors)
         self.version = "+".join(e.version for e in extractors)
         self.versions = {e.name: e.version for e in extractors}
+        self.needs_history = any(getattr(e, "needs_history", False) for e in extractors)
 
     def extract(self, windows: Sequence[Window]) -> BatchResult:
         out = BatchResult(spans=[[] for _ in windows])

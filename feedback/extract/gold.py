@@ -4,7 +4,9 @@ Gold format (JSON lines), one conversation a line:
     {"id": str, "messages": [{"role": "user"|"assistant", "content": str}],
      "feedback": [{"message": int, "category": str, "span": str}], "split": "dev"|"test" (optional)}
 `message` is the 0-based index of a user message that is not the conversation's first user
-message, and `span` a substring of it. Errors name the line and say what is wrong. A conversation
+message, and `span` a substring of it. Optional `"annotated_messages": [int]` says that only those
+user messages were annotated (a review export: the others were never looked at); windows and
+scores then cover those messages alone. Errors name the line and say what is wrong. A conversation
 taken from HH-RLHF carries `"source": {"dataset": "Anthropic/hh-rlhf", "subset", "row"}`, and a row
 below 1000 is refused (those rows are reserved for an unseen evaluation).
 """
@@ -78,6 +80,12 @@ def _check(record: object, where: str) -> GoldConversation:
             raise GoldFormatError(f"{where}: feedback[{k}].span is not a substring of message {idx}")
         items.append(GoldFeedback(idx, cat, span))
     extra = {k: v for k, v in record.items() if k not in ("id", "messages", "feedback", "split")}
+    scope = extra.get("annotated_messages")
+    if scope is not None and not (isinstance(scope, list) and all(
+            isinstance(i, int) and 0 <= i < len(messages) and messages[i]["role"] == "user" for i in scope)):
+        raise GoldFormatError(f"{where}: 'annotated_messages' must list indices of user messages")
+    if scope is not None and any(f.message not in scope for f in items):
+        raise GoldFormatError(f"{where}: a feedback item is in a message outside 'annotated_messages'")
     source = extra.get("source") if isinstance(extra.get("source"), dict) else {}
     if "hh-rlhf" in str(source.get("dataset", "")).lower() and not (
             isinstance(source.get("row"), int) and source["row"] >= HH_RESERVED_ROWS):
@@ -111,15 +119,23 @@ def load_gold(path: str | Path = SHIPPED_GOLD, *, split: str | None = None) -> l
 
 
 def windows_of(conv: GoldConversation) -> list[Window]:
-    """One window per user message that follows an answer to an earlier user message."""
+    """One window per user message that follows an answer to an earlier user message, each with the
+    conversation before it (`history`). A record that says which messages were annotated
+    (`"annotated_messages": [i, ...]`, as review exports do) yields windows for those only: the
+    others were never looked at, so nothing found there can be scored."""
+    scope = conv.extra.get("annotated_messages")
+    scope = set(scope) if isinstance(scope, list) else None
     out = []
     previous_user: str | None = None
+    history = tuple((m["role"], m["content"]) for m in conv.messages)
     for k, m in enumerate(conv.messages):
         if m["role"] != "user":
             continue
         before = conv.messages[k - 1] if k > 0 else None
-        if previous_user is not None and before is not None and before["role"] == "assistant":
-            out.append(Window((conv.id, k), m["content"], before["content"], previous_user))
+        if previous_user is not None and before is not None and before["role"] == "assistant" \
+                and (scope is None or k in scope):
+            out.append(Window((conv.id, k), m["content"], before["content"], previous_user, conversation=conv.id,
+                              history=history[:k]))
         previous_user = m["content"]
     return out
 
@@ -130,19 +146,28 @@ def predict(
     """Run `extractor` over every window of the conversations; predictions keyed by conversation id.
     The returned BatchResult carries the merged stats and errors (its `spans` is left empty)."""
     conversations = list(conversations)
-    windows = [w for c in conversations for w in windows_of(c)]
     predictions: dict[str, list[Prediction]] = {c.id: [] for c in conversations}
     total = BatchResult(spans=[])
-    for lo in range(0, len(windows), chunk):
-        part = windows[lo:lo + chunk]
-        result = extractor.extract(part)
-        total.stats.update(result.stats)
-        total.errors += result.errors
-        for window, spans in zip(part, result.spans):
-            conv_id, index = window.key
-            seen = {(p.message, p.category, p.span) for p in predictions[conv_id]}
-            for s in spans:  # a span two extractors both found is one prediction
-                if (index, s.category, s.text) not in seen:
-                    seen.add((index, s.category, s.text))
-                    predictions[conv_id].append(Prediction(index, s.category, s.text, s.extractor))
+    part: list[Window] = []
+    for k, conv in enumerate(conversations):  # chunks end at a conversation's end: one prompt each
+        part += windows_of(conv)
+        if len(part) >= chunk or k == len(conversations) - 1:
+            _predict_part(extractor, part, predictions, total)
+            part = []
     return predictions, total
+
+
+def _predict_part(extractor: Extractor, part: list[Window], predictions: dict[str, list[Prediction]],
+                  total: BatchResult) -> None:
+    if not part:
+        return
+    result = extractor.extract(part)
+    total.stats.update(result.stats)
+    total.errors += result.errors
+    for window, spans in zip(part, result.spans):
+        conv_id, index = window.key
+        seen = {(p.message, p.category, p.span) for p in predictions[conv_id]}
+        for s in spans:  # a span two extractors both found is one prediction
+            if (index, s.category, s.text) not in seen:
+                seen.add((index, s.category, s.text))
+                predictions[conv_id].append(Prediction(index, s.category, s.text, s.extractor))

@@ -1,20 +1,26 @@
-"""The LLM extractor: prompt a model with the taxonomy, keep only what the user actually wrote.
+"""The LLM extractor as Don-Yahiya et al. (2024) ran it: their prompt, whole conversations, their
+JSON answers; then nothing the model says is trusted until it is checked against the user's text.
 
 Design choices:
 - The model is a plain function `complete(batch_of_message_lists) -> list[str]`. `deploy` makes
-  it from a chat backend (vLLM in production, the built-in model on a laptop); tests script it.
-  Windows go to it `batch_size` at a time, which is what makes a served model fast.
-- Nothing the model says is trusted. An item is kept only if its category is one of the five and
-  its span is found in the latest user message (the first user message of the window is the
-  request the answer replied to: never feedback). Everything else is counted by reason and
-  dropped. This is also the defence against prompt injection: a user who writes fake extractor
-  JSON or "report positive feedback" can at most get their own words quoted back, and not even
-  those when they are the injection: a span that touches text about feedback (an instruction to
-  the extractor, a pasted verdict, a role-played system message; `hostile.py`) is dropped as
-  `span_about_feedback`, whatever category the model gave it.
-- A failing `complete` call is retried one window at a time, so one poisoned prompt (too long,
-  odd bytes) costs that window only. If every window of a batch fails, the backend is down:
+  it from a chat backend (the served pretrained model with transformers, or any OpenAI-compatible
+  server such as vLLM, where a batch goes out as concurrent requests); tests script it.
+- One prompt per conversation, not per message (`conversation.group`): the paper gave the model
+  whole conversations, and one prompt per conversation is also fewer prompts. The windows of a
+  conversation (its user turns after the first) are the turns whose spans are wanted.
+- Validation, per item: its category must be one of the five; its span must lie inside one user
+  turn that is a target — the turn the item names when it names one (`"message": i`), else the
+  turn holding it (a text found in several target turns goes to each in turn as the model repeats
+  it). A span in the first request, in a turn already read by an earlier run, in an answer, or
+  nowhere is counted by reason and dropped. So is a span that touches text about feedback
+  (`hostile.py`: an instruction to the extractor, a pasted verdict, a role-played system
+  message): a user who writes fake extractor JSON or "report positive feedback" can at most get
+  their own words quoted back, and not even those when they are the injection.
+- A failing `complete` call is retried one prompt at a time, so one poisoned prompt costs that
+  conversation only. If every prompt of a batch fails, the backend is down:
   `ExtractorUnavailable` stops the run before the watermark moves, and the next run retries.
+- The caller decodes greedily with 200 new tokens (`extraction.max_new_tokens`; the authors' script
+  sampled at temperature 0.2 with 200): greedy makes evaluation reproducible.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from feedback.extract.conversation import Conversation, group
 from feedback.extract.hostile import meta_ranges, touches
-from feedback.extract.parse import parse_items
-from feedback.extract.prompt import build_messages
+from feedback.extract.parse import Item, parse_items
+from feedback.extract.prompt import MAX_MESSAGE_CHARS, MAX_PROMPT_CHARS, build_messages
 from feedback.extract.types import BatchResult, ExtractorUnavailable, Span, Window, locate_span
 
 CompleteFn = Callable[[list[list[dict]]], list[str]]
@@ -32,30 +39,40 @@ CompleteFn = Callable[[list[list[dict]]], list[str]]
 
 class LLMExtractor:
     name = "llm"
-    version = "llm-1"
+    version = "llm-2-paper"
+    needs_history = True  # the runner hands it each message's conversation (`Window.history`)
 
-    def __init__(self, complete: CompleteFn, *, batch_size: int = 16, max_context_chars: int = 1500):
+    def __init__(self, complete: CompleteFn, *, batch_size: int = 16, max_message_chars: int = MAX_MESSAGE_CHARS,
+                 max_prompt_chars: int = MAX_PROMPT_CHARS):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.complete = complete
         self.batch_size = batch_size
-        self.max_context_chars = max_context_chars
+        self.max_message_chars = max_message_chars
+        self.max_prompt_chars = max_prompt_chars
 
     def extract(self, windows: Sequence[Window]) -> BatchResult:
         result = BatchResult(spans=[[] for _ in windows])
-        for lo in range(0, len(windows), self.batch_size):
-            batch = windows[lo:lo + self.batch_size]
-            outputs = self._complete_batch(batch, result)
-            for k, (window, text) in enumerate(zip(batch, outputs)):
-                result.spans[lo + k] = self.validate(window, text, result.stats)
+        conversations = group(windows)
+        result.stats["prompts"] += len(conversations)
+        for lo in range(0, len(conversations), self.batch_size):
+            batch = conversations[lo:lo + self.batch_size]
+            outputs = self._complete_batch([self._prompt(c) for c in batch], result)
+            for conv, text in zip(batch, outputs):
+                for index, spans in self.validate(conv, text, result.stats).items():
+                    for pos in conv.targets[index]:
+                        result.spans[pos] = list(spans)
         return result
 
     def prompt(self, window: Window) -> list[dict]:
-        return build_messages(window.user, window.assistant, window.previous_user,
-                              max_context_chars=self.max_context_chars)
+        """The prompt for one window's conversation (as `extract` would send it alone)."""
+        return self._prompt(group([window])[0])
 
-    def _complete_batch(self, batch: Sequence[Window], result: BatchResult) -> list[str | None]:
-        prompts = [self.prompt(w) for w in batch]
+    def _prompt(self, conv: Conversation) -> list[dict]:
+        return build_messages(conv.messages, sorted(conv.targets), max_message_chars=self.max_message_chars,
+                              max_prompt_chars=self.max_prompt_chars)
+
+    def _complete_batch(self, prompts: list[list[dict]], result: BatchResult) -> list[str | None]:
         try:
             outputs = list(self.complete(prompts))
             if len(outputs) != len(prompts):
@@ -78,33 +95,61 @@ class LLMExtractor:
             raise ExtractorUnavailable(f"the model failed on every prompt of a batch: {batch_error}")
         return outputs
 
-    def validate(self, window: Window, text: str | None, stats: Counter) -> list[Span]:
-        """The items of one completion that are real feedback spans of `window.user`."""
+    def validate(self, conv: Conversation, text: str | None, stats: Counter) -> dict[int, list[Span]]:
+        """The items of one completion that are real feedback spans of the conversation's target
+        turns, by message index."""
+        out: dict[int, list[Span]] = {index: [] for index in conv.targets}
         if text is None:
-            return []
-        spans: list[Span] = []
-        seen: set[tuple[str, int, int]] = set()
-        meta = None
+            return out
+        seen: set[tuple[int, str, int, int]] = set()
+        uses: Counter = Counter()
+        meta: dict[int, list[tuple[int, int]]] = {}
         for item in parse_items(text, stats):
-            where = locate_span(window.user, item.span)
-            if where is None:
-                if window.previous_user and locate_span(window.previous_user, item.span):
-                    stats["span_in_first_user_message"] += 1
-                elif locate_span(window.assistant, item.span):
-                    stats["span_in_assistant_message"] += 1
-                else:
-                    stats["span_not_in_user_message"] += 1
+            placed = self._place(conv, item, uses, stats)
+            if placed is None:
                 continue
-            start, end = where
-            if meta is None:
-                meta = meta_ranges(window.user)
-            if touches(meta, start, end):
+            index, start, end = placed
+            content = conv.messages[index][1]
+            if index not in meta:
+                meta[index] = meta_ranges(content)
+            if touches(meta[index], start, end):
                 stats["span_about_feedback"] += 1
                 continue
-            if (item.category, start, end) in seen:
+            if (index, item.category, start, end) in seen:
                 stats["duplicate_item"] += 1
                 continue
-            seen.add((item.category, start, end))
+            seen.add((index, item.category, start, end))
             stats["kept"] += 1
-            spans.append(Span(item.category, start, end, window.user[start:end], self.name))
-        return spans
+            out[index].append(Span(item.category, start, end, content[start:end], self.name))
+        for spans in out.values():
+            spans.sort(key=lambda s: s.start)
+        return out
+
+    def _place(self, conv: Conversation, item: Item, uses: Counter, stats: Counter) -> tuple[int, int, int] | None:
+        """(message index, start, end) of the item's span in a target turn, or None (counted)."""
+        if item.message is not None:  # the item names its turn: the span must be in that one
+            where = locate_span(conv.messages[item.message][1], item.span) \
+                if item.message in conv.targets and 0 <= item.message < len(conv.messages) else None
+            if where is None:
+                stats["span_not_in_named_turn"] += 1
+                return None
+            return (item.message, *where)
+        found = [(index, where) for index in sorted(conv.targets)
+                 if (where := locate_span(conv.messages[index][1], item.span)) is not None]
+        if found:
+            key = (item.category, item.span.strip().lower())
+            index, where = found[min(uses[key], len(found) - 1)]
+            uses[key] += 1
+            return (index, *where)
+        stats[self._why_not(conv, item.span)] += 1
+        return None
+
+    @staticmethod
+    def _why_not(conv: Conversation, span: str) -> str:
+        first = conv.first_user()
+        for index, (role, content) in enumerate(conv.messages):
+            if role == "user" and locate_span(content, span):
+                return "span_in_first_user_message" if index == first else "span_in_earlier_turn"
+        if any(role == "assistant" and locate_span(content, span) for role, content in conv.messages):
+            return "span_in_assistant_message"
+        return "span_not_in_user_message"

@@ -8,7 +8,8 @@ Design choices:
   watermark later.
 - Each user message comes with the context it needs, on its own branch of the message tree: the
   assistant message it replied to (its parent) and the user message that answer replied to (the
-  grandparent). A user message without both is a conversation's first request, or follows a
+  grandparent); for an extractor that reads whole conversations (`needs_history`: the LLM), the
+  whole branch before it (`branch_histories`), so the model sees what the paper's model saw. A user message without both is a conversation's first request, or follows a
   failed answer: never feedback, but the watermark still moves past it.
 - Streaming in chunks (keyset pagination on `seq`), one transaction per chunk for the events and
   the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
@@ -38,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from feedback.extract.types import Extractor, ExtractorUnavailable, Window
 from feedback.store import FeedbackEvent, Store
-from feedback.store.analytics import user_turns_after
+from feedback.store.analytics import branch_histories, user_turns_after
 from feedback.taxonomy import CATEGORY_IDS
 
 JOB_KIND = "extract"
@@ -133,6 +134,7 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
     job = store.create_job(JOB_KIND, trigger=trigger, params=params) if job_id is None else store.get_job(job_id)
     name = watermark_name(extractor)
     versions = getattr(extractor, "versions", {extractor.name: extractor.version})
+    needs_history = bool(getattr(extractor, "needs_history", False))  # whole conversations (the LLM)
     cursor = store.get_watermark(name)
     high = store.last_message_seq()
     out = JobResult(job.id, "running", trigger, extractor.name, watermark_from=cursor, watermark_to=cursor)
@@ -144,10 +146,12 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
             if not rows:
                 break
             windows, meta = [], []
-            for msg_id, conv_id, _seq, content, answer_id, answer, previous in rows:
-                if answer_id is not None and previous is not None:
-                    windows.append(Window(msg_id, content, answer, previous))
-                    meta.append((conv_id, answer_id))
+            candidates = [r for r in rows if r.answer_id is not None and r.previous is not None]
+            histories = branch_histories(store, [r.id for r in candidates]) if needs_history else {}
+            for msg_id, conv_id, _seq, content, answer_id, answer, previous in candidates:
+                windows.append(Window(msg_id, content, answer, previous, conversation=conv_id,
+                                      history=histories.get(msg_id, ())))
+                meta.append((conv_id, answer_id))
             result = extractor.extract(windows) if windows else None
             events = []
             if result is not None:

@@ -6,6 +6,10 @@ Design choices:
   context the taxonomy needs (a rephrase restates the previous request; a clarification points
   at the answer), it is what the store can hand out incrementally, and the gold set is cut into
   the same windows, so evaluation measures exactly what production runs.
+- A window may also carry its whole conversation before the message (`history`, on the message's
+  own branch) and the conversation it belongs to (`conversation`): the LLM extractor gives the
+  model whole conversations, as Don-Yahiya et al. did, and groups windows by conversation; the
+  fast extractor ignores both.
 - Spans are located in the user's own text and carry offsets into it; an extractor can never
   emit text that is not a substring of the message (`locate_span` is the only way to make one).
 - Extractors report, besides spans, counters of what they dropped and why (`stats`) and errors
@@ -27,6 +31,17 @@ class Window:
     user: str  # the message that may hold feedback
     assistant: str  # the answer right before it
     previous_user: str | None = None  # the request that answer replied to
+    conversation: Hashable | None = None  # windows of one conversation share it (None: a window alone)
+    # (role, content) of every message before `user` on its branch, oldest first; empty when unknown
+    # (then the conversation is previous_user, assistant, user).
+    history: tuple[tuple[str, str], ...] = ()
+
+    def messages(self) -> list[tuple[str, str]]:
+        """The conversation up to and including `user`, as (role, content) pairs."""
+        if self.history:
+            return [*self.history, ("user", self.user)]
+        first = [("user", self.previous_user)] if self.previous_user is not None else []
+        return [*first, ("assistant", self.assistant), ("user", self.user)]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ Layout:
 - One module per aggregate, each a mixin of `Store`: `users`, `conversations` (and messages),
   `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
   `evaluations`, `releases`, `privacy` (forgetting a user), `sessions` (server-side sessions and
-  log-in attempts), `audit` (the operator audit log).
+  log-in attempts), `audit` (the operator audit log), `reviews` (operators' verdicts on mined
+  feedback events).
 - Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
   (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
   DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL.
@@ -59,11 +60,12 @@ from feedback.store.records import (
     new_id,
 )
 from feedback.store.releases import Releases
+from feedback.store.reviews import VERDICTS, EventReview, ReviewedEvent, Reviews
 from feedback.store.runs import Runs
 from feedback.store.sessions import Session, Sessions
 
 
-class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit):
+class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews):
     """Typed read/write API over one DuckDB file or a PostgreSQL database. Safe for many threads
     of one process; on PostgreSQL also for many processes."""
 
@@ -73,7 +75,7 @@ class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Session
 
 
 __all__ = [
-    "MAX_MESSAGE_CHARS", "AuditEntry", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
+    "MAX_MESSAGE_CHARS", "VERDICTS", "AuditEntry", "EventReview", "ReviewedEvent", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
     "MessageNode", "NotFound", "Rating", "Release", "Session", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
     "clean_text", "new_id",
 ]

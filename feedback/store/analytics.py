@@ -64,6 +64,30 @@ def user_turns_after(store: Store, after: int, upto: int, limit: int) -> list[Us
     return [UserTurn(*r) for r in store._analytics(_USER_TURNS_SQL, [after, upto, limit])]
 
 
+def branch_histories(store: Store, message_ids: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """For each message, the (role, content) of every message before it on its own branch of the
+    tree, root first: what an extractor that reads whole conversations is shown. System messages
+    and errored answers are left out (an errored answer is no answer)."""
+    if not message_ids:
+        return {}
+    rows = store._analytics(
+        "SELECT id, parent_id, role, content, status FROM messages WHERE conversation_id IN "
+        "(SELECT conversation_id FROM messages WHERE list_contains(?, id))", [list(message_ids)])
+    by_id = {r[0]: r for r in rows}
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for message_id in message_ids:
+        chain: list[tuple[str, str]] = []
+        row = by_id.get(message_id)
+        seen = {message_id}
+        while row is not None and row[1] is not None and row[1] not in seen:  # a cycle would be a bug: stop
+            seen.add(row[1])
+            row = by_id.get(row[1])
+            if row is not None and row[2] in ("user", "assistant") and row[4] != "error":
+                chain.append((row[2], row[3]))
+        out[message_id] = tuple(reversed(chain))
+    return out
+
+
 # --------------------------------------------------------------------------- training sets
 
 

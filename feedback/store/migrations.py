@@ -63,6 +63,7 @@ MIGRATIONS: list[Migration] = [
               duckdb=sql_duckdb.V2, postgres=sql_postgres.V2),
     Migration(3, "people's data and chat UX: consent, server-side sessions, log-in attempts, audit log, who a run trained on, withdrawn ratings, canary releases",
               duckdb=sql_duckdb.V3, postgres=sql_postgres.V3),
+    Migration(4, "operators audit mined feedback: event reviews", duckdb=sql_duckdb.V4, postgres=sql_postgres.V4),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -288,3 +288,21 @@ V3 = """
         DROP TABLE releases;
         ALTER TABLE releases_v3 RENAME TO releases;
         """
+
+# Operators audit mined feedback. A reviewer's verdict on one mined feedback event: append-only,
+# the latest per event counts (a second look may overrule the first); precision estimates and
+# gold exports are computed from them. corrected_category is set exactly when the verdict is
+# 'wrong_category'.
+V4 = """
+CREATE TABLE event_reviews (
+    id                  VARCHAR PRIMARY KEY,
+    event_id            VARCHAR NOT NULL,
+    reviewer            VARCHAR NOT NULL,          -- the audit actor: a user id, 'admin-token', 'cli:<user>'
+    verdict             VARCHAR NOT NULL CHECK (verdict IN ('correct', 'wrong_category', 'not_feedback')),
+    corrected_category  VARCHAR,
+    created_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
+    CHECK ((verdict = 'wrong_category' AND corrected_category IS NOT NULL)
+           OR (verdict <> 'wrong_category' AND corrected_category IS NULL))
+);
+CREATE INDEX event_reviews_event ON event_reviews(event_id);
+"""

@@ -283,3 +283,18 @@ ALTER TABLE releases DROP CONSTRAINT releases_status_check;
 ALTER TABLE releases ADD CONSTRAINT releases_status_check
     CHECK (status IN ('candidate', 'canary', 'live', 'rejected', 'retired'));
 """ + track_changes("sessions", "login_attempts", "audit_log", "run_users")
+
+# Event reviews (the DuckDB script's comment says what they are).
+V4 = """
+CREATE TABLE event_reviews (
+    id                  text PRIMARY KEY,
+    event_id            text NOT NULL,
+    reviewer            text NOT NULL,
+    verdict             text NOT NULL CHECK (verdict IN ('correct', 'wrong_category', 'not_feedback')),
+    corrected_category  text,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    CHECK ((verdict = 'wrong_category' AND corrected_category IS NOT NULL)
+           OR (verdict <> 'wrong_category' AND corrected_category IS NULL))
+);
+CREATE INDEX event_reviews_event ON event_reviews(event_id);
+""" + track_changes("event_reviews")
