@@ -53,16 +53,19 @@ def settings() -> list[tuple[int, int]]:
 
 
 def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int, batch_size: int,
-             progress=print) -> tuple[dict, dict, dict]:
+             progress=print, backend=None) -> tuple[dict, dict, dict]:
     """answers[(v, c)] = list of answers; rendered[(v, c)] = the messages a question "…" is sent as;
-    tokens[(v, c)] = each answer's length in tokens."""
+    tokens[(v, c)] = each answer's length in tokens. With `backend` (a loaded TransformersBackend)
+    that one is used, and left open, instead of loading `model`."""
     from chat.backends.base import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
     from chat.steering import render
     from feedback.attributes import Attributes
 
-    backend = TransformersBackend(model, device="cpu", kind="transformers", max_batch_size=batch_size,
-                                  local_files_only=True)
+    own = backend is None
+    if own:
+        backend = TransformersBackend(model, device="cpu", kind="transformers", max_batch_size=batch_size,
+                                      local_files_only=True)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     answers, rendered, tokens = {}, {}, {}
     for v, c in settings():
@@ -76,8 +79,18 @@ def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int
         tokens[(v, c)] = [len(backend.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in out]
         progress(f"  verbosity {v} complexity {c}: {np.mean([len(a.split()) for a in out]):6.1f} words, "
                  f"{time.monotonic() - t0:5.1f} s")
-    backend.close()
+    if own:
+        backend.close()
     return answers, rendered, tokens
+
+
+def matrices(answers: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(words_v[prompt, verbosity level], grade_c[prompt, complexity level]) from `generate`'s answers."""
+    from feedback.labeller import reading_grade
+
+    words_v = np.array([[len(answers[(v, 2)][i].split()) for v in LEVELS] for i in range(n)], float)
+    grade_c = np.array([[reading_grade(answers[(2, c)][i]) for c in LEVELS] for i in range(n)], float)
+    return words_v, grade_c
 
 
 def _rho(levels: np.ndarray, values: np.ndarray) -> float:
@@ -162,8 +175,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from feedback.labeller import reading_grade
-
     torch.set_num_threads(args.threads)
     prompts = load_prompts(args.split, args.limit)
     questions = [p["question"] for p in prompts]
@@ -173,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     answers, rendered, tokens = generate(args.model, args.mode, questions, max_new_tokens=args.max_new_tokens,
                                         batch_size=args.batch_size, progress=lambda m: print(m, file=sys.stderr))
     wall = time.monotonic() - t0
-    words_v = np.array([[len(answers[(v, 2)][i].split()) for v in LEVELS] for i in range(len(questions))], float)
-    grade_c = np.array([[reading_grade(answers[(2, c)][i]) for c in LEVELS] for i in range(len(questions))], float)
+    words_v, grade_c = matrices(answers, len(questions))
     at_limit = sum(t >= args.max_new_tokens - 2 for ts in tokens.values() for t in ts)
     result = {
         "model": args.model, "mode": args.mode, "split": args.split, "n_prompts": len(questions),
