@@ -1,11 +1,15 @@
 """The REST API under `/api`: the same actions as the chat UI, for scripts and other front ends.
 
 Routes (all JSON; errors are `{"error": {"message", "type", "code", "param"}}`):
-  GET    /api/me                                  who am I (anonymous or named; admin?)
+  GET    /api/me                                  who am I (anonymous or named; admin?), my training consent
+  PATCH  /api/me                                  {"training_consent": true|false|null}
+  GET    /api/me/export                           everything stored about me, as one JSON document
   DELETE /api/me?confirm=true                      delete my data (everything), new session
   GET    /api/feedback/reasons                     the fixed like/dislike reason chips
   GET    /api/conversations                        my conversations, newest first
   POST   /api/conversations                        start an empty one
+  PATCH  /api/conversations/{id}                   rename
+  DELETE /api/conversations/{id}                   delete it and everything derived from it
   GET    /api/conversations/{id}[?leaf=]           its current branch (or the branch to `leaf`)
   POST   /api/conversations/{id}/messages          ask; `stream: true` → server-sent events
   POST   /api/messages                             ask in a new conversation (or `conversation_id`)
