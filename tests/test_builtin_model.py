@@ -247,6 +247,17 @@ def test_training_is_deterministic(tmp_path, small_recipe):
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 
 
+def test_the_shipped_build_is_the_current_recipes_and_is_used_without_training(tmp_path):
+    from chat.builtin.build import INFO_FILE, PREBUILT, Recipe, build_builtin_model, shipped_recipe_hash
+
+    assert shipped_recipe_hash() == Recipe().digest(), (
+        "chat/builtin/prebuilt/ was built from another recipe: run `advisor --data-dir /tmp/b model build "
+        "--model builtin --force` and copy /tmp/b/models/builtin-<hash>/* into chat/builtin/prebuilt/")
+    path = build_builtin_model(tmp_path / "data", progress=lambda *a: pytest.fail("trained instead of copying"))
+    assert (path / "model.safetensors").read_bytes() == (PREBUILT / "model.safetensors").read_bytes()
+    assert json.loads((path / INFO_FILE).read_text())["recipe_hash"] in path.name
+
+
 # ---------------------------------------------------------------- the real build (slow)
 
 

@@ -5,6 +5,13 @@ tokenizer/model/training hyper-parameters and RECIPE_VERSION (bump it when the b
 changes what it produces). Same recipe, same directory: `build_builtin_model` returns the
 cached one at once; change any ingredient and a new directory is built beside the old.
 
+The package ships the current recipe's build (`prebuilt/`, 5.5 MB: what `advisor model build
+--model builtin --force` made on a 2-core CPU, with its `build_info.json`), so a fresh machine
+and CI skip the 8–15 minute training: `build_builtin_model` copies it into the data directory
+when its recipe hash is the current one, and trains only when the recipe has changed since
+(or with `force`). `tests/test_builtin_model.py` fails when the shipped build no longer matches
+the recipe and says how to refresh it.
+
 Crash safety: everything is written into a temporary sibling directory and renamed into
 place only after `build_info.json` (written last) is complete, so a killed build never leaves
 a directory that looks finished. A lock file serialises concurrent builds of the same recipe
@@ -33,6 +40,7 @@ from chat.builtin.tokenizer import train_tokenizer
 
 RECIPE_VERSION = 5
 INFO_FILE = "build_info.json"
+PREBUILT = Path(__file__).resolve().parent / "prebuilt"
 
 
 @dataclass(frozen=True)
@@ -78,11 +86,20 @@ def build_builtin_model(data_dir: Path, *, force: bool = False, progress: Progre
         tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            _build_into(tmp, recipe, progress)
+            if not force and shipped_recipe_hash() == recipe.digest():
+                shutil.copytree(PREBUILT, tmp)
+            else:
+                _build_into(tmp, recipe, progress)
             _replace_dir(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def shipped_recipe_hash() -> str | None:
+    """The recipe hash of the build shipped in the package (None when there is none)."""
+    info = PREBUILT / INFO_FILE
+    return json.loads(info.read_text())["recipe_hash"] if info.is_file() else None
 
 
 def _build_into(out: Path, recipe: Recipe, progress: Progress | None) -> None:
