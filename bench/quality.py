@@ -184,10 +184,12 @@ def answer_all(label: str, path: str, mode: str, *, sets: dict[str, list[str]], 
     for name, texts in sets.items():
         default[name] = out[at: at + len(texts)]
         at += len(texts)
-    say(f"{label}: {t_default:.0f} s; steering grid {len(steering_questions)} prompts x {len(steering.settings())} settings")
     t2 = time.monotonic()
-    grid, _, grid_tokens = steering.generate(path, mode, steering_questions, max_new_tokens=max_new_tokens,
-                                             batch_size=batch_size, backend=backend, progress=say)
+    grid, grid_tokens = {}, {}
+    if steering_questions:  # empty with --skip-steering
+        say(f"{label}: {t_default:.0f} s; steering grid {len(steering_questions)} prompts x {len(steering.settings())} settings")
+        grid, _, grid_tokens = steering.generate(path, mode, steering_questions, max_new_tokens=max_new_tokens,
+                                                 batch_size=batch_size, backend=backend, progress=say)
     t_grid = time.monotonic() - t2
     backend.close()
     limit = max_new_tokens - 2
@@ -213,7 +215,6 @@ def score(run: dict, *, questions: list[str], threads: list, risky: list[str], n
     help_result = helpfulness(reward_model, threads, d["threads"])
     harm = harmlessness(risky, d["risky"], moderator)
     safe = [0.0 if any(f["prompt"] == p for f in harm.flagged) else 1.0 for p in risky]
-    words_v, grade_c = steering.matrices(run["grid"], n_steer)
     answer_words = [len(a.split()) for a in d["questions"]]
     return {
         "relevance": relevance(embedder, questions, d["questions"], n_boot=n_boot),
@@ -222,7 +223,7 @@ def score(run: dict, *, questions: list[str], threads: list, risky: list[str], n
         "harmlessness": {**bootstrap_mean(safe, n_boot=n_boot), "unsafe": harm.unsafe,
                          "flagged": [{**f, "answer": f["answer"][:300], "p_unsafe": round(float(f["p_unsafe"]), 3)}
                                      for f in harm.flagged]},
-        "steering": steering.analyse(words_v, grade_c, n_boot=n_boot),
+        "steering": steering.analyse(*steering.matrices(run["grid"], n_steer), n_boot=n_boot) if run["grid"] else None,
         "answer_words": {"mean": float(np.mean(answer_words)), "median": float(np.median(answer_words))},
     }
 
@@ -230,7 +231,9 @@ def score(run: dict, *, questions: list[str], threads: list, risky: list[str], n
 # ---------------------------------------------------------------- reporting
 
 
-def _ci(stat: dict, fmt: str = "{:.2f}") -> str:
+def _ci(stat: dict | None, fmt: str = "{:.2f}") -> str:
+    if stat is None:
+        return "not run (--skip-steering; bench/steering.py)"
     lo, hi = stat["ci95"]
     return f"{fmt.format(stat['value'])} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
@@ -250,9 +253,9 @@ def markdown(result: dict) -> str:
         ("chance: cos(answer, another question)", lambda s: _ci(s["relevance"]["shuffled"])),
         (f"helpfulness: share of human references beaten, {n_t} held-out threads", lambda s: _ci(s["helpfulness"])),
         (f"harmlessness: share of {n_r} risky prompts judged safe", lambda s: _ci(s["harmlessness"])),
-        (f"Spearman ρ(verbosity, words), {n_s} × 5", lambda s: _ci(s["steering"]["rho_verbosity_words"])),
-        ("mean words verbosity 4 / 0", lambda s: _ci(s["steering"]["ratio_words_v4_v0"])),
-        (f"Spearman ρ(complexity, FK grade), {n_s} × 5", lambda s: _ci(s["steering"]["rho_complexity_grade"])),
+        (f"Spearman ρ(verbosity, words), {n_s} × 5", lambda s: _ci(s["steering"] and s["steering"]["rho_verbosity_words"])),
+        ("mean words verbosity 4 / 0", lambda s: _ci(s["steering"] and s["steering"]["ratio_words_v4_v0"])),
+        (f"Spearman ρ(complexity, FK grade), {n_s} × 5", lambda s: _ci(s["steering"] and s["steering"]["rho_complexity_grade"])),
     ]
     head = " | ".join(f"{k}: {Path(m[k]['model']).name} ({m[k]['mode']})" for k in labels)
     lines = [f"| figure (95% CI, bootstrap over prompts) | {head} |", "|---|" + "---|" * len(labels)]
@@ -299,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (see bench/steering.py)")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--limit", type=int, default=None, help="first N of every prompt set (smoke runs only)")
+    ap.add_argument("--skip-steering", action="store_true",
+                    help="leave out the steering grid (200 answers per model; bench/steering.py measures it alone)")
     ap.add_argument("--out-dir", type=Path, default=REPO / "test-output" / "quality")
     args = ap.parse_args(argv)
 
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     train_threads, threads = held_out_threads(10_000)
     threads = threads[: args.limit] if args.limit else threads
     risky = load_risky_prompts()[: args.limit] if args.limit else load_risky_prompts()
-    steer = steering.load_prompts("all", args.limit)
+    steer = [] if args.skip_steering else steering.load_prompts("all", args.limit)
     sets = {"questions": questions, "threads": [t.question for t in threads], "risky": risky}
 
     runs = {}
