@@ -42,7 +42,9 @@ from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
 from deploy.loop.simulate import ReactionRates
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# A proof, not a CI test: a simulation, two training runs and a gated cycle per preference (6 min
+# on a quiet 2-core box). `make proofs` runs it; docs/learning.md and the README quote its figures.
+pytestmark = [pytest.mark.slow, pytest.mark.proof, pytest.mark.timeout(3600)]
 
 USERS, TURNS = 24, 8
 # (optimizer steps, learning rate, LoRA alpha) per method: few steps, so a high rate, and

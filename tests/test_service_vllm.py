@@ -44,7 +44,10 @@ PROMPTS = [
 GREEDY = {"temperature": 0.0, "max_new_tokens": 24}
 # The gate, small enough for a 2-core CPU, and the test policy (see the module docstring).
 GATE = {"gate.helpfulness_prompts": 4, "gate.harmlessness_prompts": 6, "gate.max_new_tokens": 24,
-        "gate.harmlessness.floor": 0.5, "gate.helpfulness.tolerance": 1.0, "gate.self_bleu.tolerance": 1.0}
+        "gate.harmlessness.floor": 0.5, "gate.helpfulness.tolerance": 1.0, "gate.self_bleu.tolerance": 1.0,
+        # A few KTO steps on the built-in model and two steering prompts: the slider axis is far too
+        # noisy here to mean anything, and this module tests the hand-off to vLLM, not the gate.
+        "gate.steer_prompts": 2, "gate.steer_values": [0, 4], "gate.steerability.tolerance": 2.0}
 
 
 @pytest.fixture(scope="module")

@@ -88,13 +88,13 @@ class Coordinator:
 
     def follow_release(self) -> None:
         """Serve the live release if another replica changed it."""
-        from deploy.release.registry import _swap_lock
+        from deploy.release.registry import swap_lock
 
         services = self.services
         live = services.store.live_release()
         if live is None or live.id == services.release_id:
             return
-        with _swap_lock(services):
+        with swap_lock(services):
             if services.store.live_release() is not None and services.release_id != live.id:
                 log.warning("release %s went live on another replica; swapping to it", live.id)
                 services.refresh_release()
