@@ -183,7 +183,9 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     data_dir = tmp_path_factory.mktemp(f"learning-{prefer}")
-    settings = tiny_settings(data_dir, builtin_model_dir, **{"backend.max_new_tokens": MAX_NEW_TOKENS})
+    # The gate decides alone here (no canary: tests/test_canary.py judges candidates online).
+    settings = tiny_settings(data_dir, builtin_model_dir, **{"backend.max_new_tokens": MAX_NEW_TOKENS,
+                                                             "canary.enabled": False})
     service = start_service(settings)
     try:
         summary = simulate(SimulationConfig(

@@ -1,5 +1,7 @@
-"""The simulator: its reactions are what the fast extractor understands, it drives the real service
-(one anonymous user per simulated user), and service errors end up in the summary, not a crash."""
+"""The simulator: by default its users speak in real people's words from the gold set's test split
+(not the extractor's own cues); its round-1 templates are what the fast extractor understands; it
+drives the real service (one anonymous user per simulated user), and service errors end up in the
+summary, not a crash."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ from store_peek import peek
 from typer.testing import CliRunner
 
 from deploy.cli.simulate import parse_rates
-from deploy.loop.simulate import (
+from deploy.loop.reactions import (
     CLARIFICATIONS,
     CORRECTIONS,
     NEXT_QUESTION_PREFIX,
     REPHRASE_PREFIX,
     THANKS,
+    load_real_reactions,
+    phrasebook,
+)
+from deploy.loop.simulate import (
     Preference,
     ReactionRates,
     SimulationConfig,
@@ -60,6 +66,31 @@ def test_every_reaction_template_is_understood_by_the_fast_extractor():
         assert cats and cats <= allowed, f"{text!r} was read as {cats or 'nothing'}, expected one of {allowed}"
 
 
+def test_real_reactions_are_annotated_test_split_feedback_the_extractor_was_not_fitted_on():
+    from feedback.extract import load_gold
+    from feedback.extract.train_classifier import REAL_GOLD
+    from feedback.taxonomy import CATEGORY_IDS
+
+    kind_of = {"thanks": {POSITIVE}, "complaint": {AWARE_WITHOUT_CORRECTION}, "clarify": {ASK_CLARIFICATION},
+               "reask": {REPEAT_REPHRASE}}
+    test = {c.id: c for c in load_gold(REAL_GOLD, split="test")}
+    dev_spans = {f.span.strip().lower() for c in load_gold(REAL_GOLD, split="dev") for f in c.feedback}
+    rows = load_real_reactions()
+    assert len(rows) >= 20
+    for row in rows:
+        conv = test[row["source"]]  # a test-split conversation (a KeyError otherwise)
+        assert any(f.span == row["text"] and f.category == row["category"] for f in conv.feedback), row
+        assert row["category"] in CATEGORY_IDS and row["category"] in kind_of[row["kind"]], row
+        assert row["also_in_dev"] == (row["text"].strip().lower() in dev_spans)
+    # Only "Thanks!" is also said in a dev conversation: it is everybody's.
+    assert [r["text"] for r in rows if r["also_in_dev"]] == ["Thanks!"]
+    for prefer in ("short", "long", "steps"):
+        says = phrasebook("real", prefer)
+        assert says.thanks and says.complaints and says.clarifications and says.reasks
+        assert not says.rephrase_prefix and not says.next_question_prefix  # real users announce neither
+    assert not any("lengthy" in t for t in phrasebook("real", "long").complaints)
+
+
 def test_shipped_questions_have_rephrases_and_are_not_the_held_out_prompts():
     from chat.builtin.check import HELD_OUT_QUESTIONS
 
@@ -82,8 +113,9 @@ def test_preferences_judge_and_rank():
 def test_simulated_users_drive_the_service_and_extraction_finds_their_feedback(live):  # noqa: F811
     users_before = {r[0] for r in peek(live.store, "SELECT DISTINCT user_id FROM conversations")}
     # The tiny random model writes up to 12 tokens of gibberish: a 6-word threshold splits them.
+    # The templates: this checks the pipeline, where the extractor's reading is known.
     config = SimulationConfig(url=live.url, users=3, turns=5, preference=Preference("short", length_words=6),
-                              seed=1, admin_token=ADMIN_TOKEN, extract=True)
+                              seed=1, admin_token=ADMIN_TOKEN, extract=True, phrasing="templates")
     summary = simulate(config)
     assert summary.errors == {} and summary.users == 3
     assert 15 <= summary.turns <= 18  # a closing thank-you may add one per user

@@ -79,6 +79,8 @@ def simulate_cmd(
                              "like, thanks, correct, rephrase, regenerate, clarify, dislike, dislike_too)."),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Users chatting at the same time."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Answer length cap."),
+    phrasing: str = typer.Option("real", "--phrasing", help="What users say: 'real' (people's feedback from the "
+                                 "gold set's test split) or 'templates' (phrases the fast extractor is known to read)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one line of JSON."),
 ) -> None:
     """Simulated users chat with the service and react naturally (thank, correct, rephrase, rate)."""
@@ -88,7 +90,7 @@ def simulate_cmd(
             url=url or service_url(settings), users=users, turns=turns,
             preference=Preference(prefer.value, length_words=length_words), seed=seed,
             admin_token=admin_token or settings.server.admin_token, extract=extract,
-            concurrency=concurrency, max_new_tokens=max_new_tokens, rates=parse_rates(rate or []),
+            concurrency=concurrency, max_new_tokens=max_new_tokens, rates=parse_rates(rate or []), phrasing=phrasing,
             **({"verbosities": tuple(verbosity)} if verbosity else {}),
         )
         if not as_json:

@@ -14,11 +14,11 @@ Design choices:
   (`Preference.score`): `short` (at most `length_words` words), `long` (more than that),
   `steps` (at least `min_steps` list items). One threshold for short and long, so reversing
   the preference turns the same answers' verdicts around.
-- Reactions are written so the project's fast extractor files them under the intended category
-  (tests/test_simulate.py checks each template): thanks -> `positive`; "No, that's too long. I
-  only have…" -> `aware_with_correction`; "That's too vague." -> `aware_without_correction`;
-  "Let me rephrase: …" -> `repeat_rephrase`; "What do you mean by that?" -> `ask_clarification`.
-  Explicit like/dislike carry reason chips from the service's fixed list.
+- What users say comes from a phrasebook (`reactions.py`): by default real people's feedback
+  from the gold set's test split, which the fast extractor was not fitted on, so the loop's
+  learning does not rest on users who speak in the extractor's own cues; `phrasing="templates"`
+  gives the round-1 phrases the extractor is known to read (pipeline tests). Explicit
+  like/dislike carry reason chips from the service's fixed list.
 - A user who dislikes an answer sometimes regenerates it and keeps the better of the two
   siblings by the preference (choose endpoint), which is where DPO sibling pairs come from; if
   the kept one still misses, they move on rather than complain about their own choice. A
@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from deploy.loop.reactions import PHRASINGS, phrasebook
 
 QUESTIONS_PATH = Path(__file__).resolve().parent / "simulated_questions.jsonl"
 PREFERENCES = ("short", "long", "steps")
@@ -120,31 +122,6 @@ class Preference:
         return step_count(answer) + word_count(answer) / 1000  # ties go to the fuller answer
 
 
-# What users say, per reaction. Each template is checked against the fast extractor in
-# tests/test_simulate.py; change one and that test says whether it is still understood.
-THANKS = (
-    "Thanks, that's really helpful!",
-    "Perfect, that makes sense. I'll try that.",
-    "Great advice, thank you.",
-    "Thank you, that helps a lot.",
-)
-CORRECTIONS = {
-    "short": (
-        "No, that's too long. I only have a couple of minutes each morning, so just give me the main point.",
-        "No, that's too long for me. I read this on my phone during my commute, so keep it to one or two sentences.",
-    ),
-    "long": (
-        "No, that's too short. I need more detail about my situation, since I work night shifts and sleep during the day.",
-        "That's too vague. I need more detail on how to actually do it, because I've never managed this before.",
-    ),
-    "steps": (
-        "That's too vague. Give me concrete numbered steps I can follow tomorrow morning before work.",
-        "That's too vague. I need a list of steps I can tick off one by one this week.",
-    ),
-}
-CLARIFICATIONS = ("What do you mean by that?", "Can you explain that?", "I don't understand the last part.")
-REPHRASE_PREFIX = "Let me rephrase: "
-NEXT_QUESTION_PREFIX = "Another question: "
 LIKE_REASONS = {"short": ("clear",), "long": ("practical",), "steps": ("practical", "clear")}
 DISLIKE_REASONS = {"short": ("too long",), "long": ("too vague",), "steps": ("too vague",)}
 
@@ -188,8 +165,11 @@ class SimulationConfig:
     temperature: float | None = None
     timeout_s: float = 120.0
     extract_timeout_s: float = 300.0
+    phrasing: str = "real"  # what users say: real people's words, or the round-1 templates (reactions.py)
 
     def __post_init__(self) -> None:
+        if self.phrasing not in PHRASINGS:
+            raise SimulationError(f"phrasing must be one of {', '.join(PHRASINGS)}; got {self.phrasing!r}")
         if self.users < 1 or self.turns < 1:
             raise SimulationError(f"need at least one user and one turn, got users={self.users} turns={self.turns}")
         if self.concurrency < 1:
@@ -296,6 +276,7 @@ class _User:
     def __init__(self, index: int, config: SimulationConfig, questions: Sequence[Question]) -> None:
         self.config, self.questions = config, questions
         self.pref = config.preference
+        self.says = phrasebook(config.phrasing, config.preference.kind)
         self.rng = random.Random(f"{config.seed}:{index}")
         self.summary = SimulationSummary(users=1)
         self.turns_left = config.turns
@@ -321,7 +302,7 @@ class _User:
             attributes = {"verbosity": self.rng.choice(self.config.verbosities)}
             try:
                 if opener and conversation:
-                    text = f"{opener} {NEXT_QUESTION_PREFIX}{question.text}"
+                    text = f"{opener} {self.says.next_question_prefix}{question.text}"
                     answer = self._generated(api.ask(text, attributes, self._seed(), conversation))
                 else:
                     answer = self._generated(api.ask(question.text, attributes, self._seed()))
@@ -355,7 +336,7 @@ class _User:
                     reactions["like"] += 1
                 if self.rng.random() < rates.thanks:
                     reactions["thanks"] += 1
-                    return self.rng.choice(THANKS)
+                    return self.rng.choice(self.says.thanks)
                 reactions["silent"] += 1
                 return None
             if follow_ups >= rates.max_follow_ups or self.turns_left <= 0:
@@ -382,13 +363,20 @@ class _User:
                     reactions["moved_on"] += 1
                     return None
                 continue
-            if kind == "correct":
-                text = self.rng.choice(CORRECTIONS[self.pref.kind])
-            elif kind == "rephrase":
-                text = REPHRASE_PREFIX + self.rng.choice(question.rephrases or (question.text,))
-            else:
-                text = self.rng.choice(CLARIFICATIONS)
+            text = self._say(kind, question)
             answer = self._generated(api.ask(text, attributes, self._seed(), answer["conversation_id"], answer["id"]))
+
+    def _say(self, kind: str, question: Question) -> str:
+        says = self.rng.choice
+        if kind == "correct":
+            return says(self.says.complaints)
+        if kind == "clarify":
+            return says(self.says.clarifications)
+        # Asking again: the question in other words, or (real phrasing, one time in three) a
+        # real re-ask that leans on the previous turn.
+        if self.says.reasks and self.rng.random() < 1 / 3:
+            return says(self.says.reasks)
+        return self.says.rephrase_prefix + says(question.rephrases or (question.text,))
 
     def _regenerate(self, api: _Api, attributes: dict, answer: dict) -> dict:
         """Another answer to the same question; keep the better of the two ("1 / 2" arrows)."""
