@@ -265,7 +265,7 @@ def test_a_cycle_on_the_simulated_feedback_promotes_the_candidate_that_learned(l
     """Issue 6: the DPO candidate above came out of a cycle; under the gate's default policy it
     passed every axis and went live, and (the tests above) it moved answers the users' way."""
     cycle = learned["cycle"]
-    assert cycle["steps"] == ["extract", "dataset", "train", "gate", "promote"], cycle
+    assert cycle["steps"] == ["extract", "dataset", "train", "gate", "release"], cycle
     assert cycle["status"] == "promoted", cycle["message"]
     assert cycle["live_after"] == cycle["release_id"] != cycle["live_before"]
     assert all(axis["passed"] for axis in cycle["gate"]["axes"]), cycle["gate"]
