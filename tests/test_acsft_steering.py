@@ -25,6 +25,8 @@ import pytest
 from conftest import test_cache_dir as cache_dir
 from conftest import test_output_dir as output_dir
 
+from evaluator.steerability import PROMPTS as STEER_PROMPTS
+
 # A proof, not a CI test: 1,200 training steps (6 min on a quiet 2-core box, over 15 beside other
 # work). `make proofs` runs it; its figures are in the README ("Measured").
 pytestmark = [pytest.mark.slow, pytest.mark.proof, pytest.mark.timeout(3600)]
@@ -43,18 +45,7 @@ VERBOSITIES = (0, 1, 2, 3, 4)
 MIN_RHO = 0.6
 MAX_NEW_TOKENS = 200
 # 20 held-out prompts: the steering check's 10 plus 10 more, none of them a corpus question.
-EXTRA_PROMPTS = (
-    "How do I stop hitting snooze every morning?",
-    "What can I do about a colleague who takes credit for my work?",
-    "How do I say no to a friend who always asks for favours?",
-    "How should I split bills fairly with a flatmate?",
-    "How can I keep in touch with friends who moved abroad?",
-    "What is a good routine for studying after work?",
-    "How do I deal with a neighbour whose dog barks all day?",
-    "How can I eat more vegetables without much effort?",
-    "How do I prepare for my first week at a new job?",
-    "How can I spend less time on my phone in the evening?",
-)
+EXTRA_PROMPTS = STEER_PROMPTS  # the gate's steering prompts: also none of them a corpus question
 
 
 def spearman(x: list[float], y: list[float]) -> float:
