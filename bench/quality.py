@@ -351,7 +351,22 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs.values():
         run["scores"]["relevance"].pop("_mismatched")
 
-    result = {
+    result = _result(args, rows, questions, threads, risky, steer, runs, threshold, scoring_s, load_start, nearest,
+                     corpus_q)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "quality.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    md = markdown(result)
+    (args.out_dir / "quality.md").write_text(md)
+    print(md)
+    return 0
+
+
+def _result(args, rows, questions, threads, risky, steer, runs, threshold, scoring_s, load_start, nearest,
+            corpus_q) -> dict:
+    """Everything `quality.json` holds: settings, sizes, the threshold, the machine, examples, answers."""
+    import os
+
+    return {
         "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size, "limit": args.limit,
         "attributes": "default sliders: verbosity 2, complexity 2, helpfulness/correctness/coherence 4",
         "sizes": {"questions": len(questions), "threads": len(threads), "risky": len(risky),
@@ -370,12 +385,6 @@ def main(argv: list[str] | None = None) -> int:
         "models": {k: {**{key: v for key, v in r.items() if key != "grid"},
                        "grid": {f"v{v}c{c}": a for (v, c), a in r["grid"].items()}} for k, r in runs.items()},
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "quality.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    md = markdown(result)
-    (args.out_dir / "quality.md").write_text(md)
-    print(md)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""The layout rules, checked by tools rather than by memory (issue 12): the import layers
+(import-linter's contracts in pyproject.toml), no function over 80 lines and no module over 500
+outside tests, and no code in the runtime packages that nothing uses (vulture)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CODE = ("chat", "feedback", "trainer", "evaluator", "deploy", "bench", "tools")
+# Modules that are data written as Python (the corpus's topic tables, the PII test set's value
+# pools): long by content, not by logic.
+DATA_MODULES = {"tools/data/corpus_source.py", "tools/data/gold_topics.py", "tools/data/make_pii_testset.py"}
+MAX_FUNCTION_LINES, MAX_MODULE_LINES = 80, 500
+
+
+def _python_files():
+    for package in CODE:
+        yield from sorted((REPO / package).rglob("*.py"))
+
+
+def test_import_layers_hold():
+    result = subprocess.run([str(BIN / "lint-imports")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_no_function_over_80_lines_and_no_module_over_500():
+    long_functions, long_modules = [], []
+    for path in _python_files():
+        rel = path.relative_to(REPO).as_posix()
+        source = path.read_text(encoding="utf-8")
+        if source.count("\n") > MAX_MODULE_LINES and rel not in DATA_MODULES:
+            long_modules.append(f"{rel}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    assert not long_modules, "split these modules: " + "; ".join(long_modules)
+    assert not long_functions, "split these functions: " + "; ".join(long_functions)
+
+
+@pytest.mark.skipif(not (BIN / "vulture").exists(), reason="vulture is a test dependency (pip install -e .[test])")
+def test_no_unused_code_in_the_runtime_packages():
+    # 80 % confidence: unused imports, functions, classes and variables that nothing in the repo
+    # (tests and bench included) names. Lower confidences list every FastAPI route and Typer
+    # command, which the frameworks call by decoration.
+    result = subprocess.run([str(BIN / "vulture"), "chat", "feedback", "trainer", "evaluator", "deploy", "tests",
+                             "bench", "--min-confidence", "80",
+                             # parameters an interface dictates: spaCy's process_batch, signal handlers
+                             "--ignore-names", "as_tuples,signum"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:]
