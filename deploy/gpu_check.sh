@@ -1,0 +1,1 @@
+ops/gpu_check.sh
