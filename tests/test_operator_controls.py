@@ -3,7 +3,9 @@ Start cycle with them, cancel, gate a finished run) and the canary panel (arms s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
+from types import SimpleNamespace
 
 from deploy.operator.canary import CanaryPanel, CanaryPanelDeps, arms_frame, status_markdown
 from deploy.operator.controls import KNOBS, ControlsDeps, ControlsPanel, knob_params
@@ -15,9 +17,14 @@ class _Ctx:
 
     def __init__(self, admin: bool = True) -> None:
         self.admin = admin
+        self.audits: list = []
 
     def is_admin(self, request) -> bool:
         return self.admin
+
+    def audited(self, request, action: str, target: str = "", **details):
+        self.audits.append((action, target, details))
+        return contextlib.nullcontext(SimpleNamespace(target=target))
 
 
 def _controls(calls: list) -> ControlsPanel:

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deploy.audit import audited, cli_actor
 from deploy.cli.common import call_service, open_store, settings_of
 from deploy.release.registry import ReleaseError
 
@@ -86,7 +87,8 @@ def start_cmd(ctx: typer.Context, release_id: str = typer.Argument(..., help="A 
         return
     with open_store(settings) as store:
         try:
-            release = start_canary(store, None, release_id, settings, force=force)
+            with audited(store, cli_actor(), "canary", release_id, surface="cli", step="start", force=force):
+                release = start_canary(store, None, release_id, settings, force=force)
         except ReleaseError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
@@ -95,7 +97,7 @@ def start_cmd(ctx: typer.Context, release_id: str = typer.Argument(..., help="A 
 
 
 def _end(ctx: typer.Context, action: str, url: Optional[str], token: Optional[str]) -> None:
-    from deploy.release.canary import finish, running_canary
+    from deploy.release.canary import check_canary, finish, running_canary
 
     settings = settings_of(ctx)
     if url:
@@ -107,16 +109,13 @@ def _end(ctx: typer.Context, action: str, url: Optional[str], token: Optional[st
         if canary is None:
             err.print("[red]No canary is running.[/red]")
             raise typer.Exit(1)
-        if action == "check":
-            from deploy.release.canary import judge, record_check
-
-            verdict = judge(store, canary, settings)
-            record_check(store, canary, verdict)
-            if verdict.action != "continue":
-                finish(store, None, store.get_release(canary.id), verdict.action, verdict.reason)
-            err.print(f"{verdict.action}: {verdict.reason}")
-            return
-        release = finish(store, None, canary, action, f"{action} by the operator", by="operator")
+        with audited(store, cli_actor(), "canary", canary.id, surface="cli", step=action):
+            if action == "check":
+                result = check_canary(store, settings, lambda c, verdict: finish(
+                    store, None, store.get_release(c.id), verdict.action, verdict.reason))
+                err.print(f"{result['action']}: {result['reason']}")
+                return
+            release = finish(store, None, canary, action, f"{action} by the operator", by="operator")
     err.print(f"{release.id}: {release.status}")
 
 

@@ -74,7 +74,8 @@ class CanaryPanel:
         if not ctx.is_admin(request):
             return ctx.denied, "", pd.DataFrame()
         try:
-            self.deps.act(action)
+            with ctx.audited(request, "canary", "", step=action):  # the audit log, with its outcome
+                self.deps.act(action)
             note = f"✅ {action} done."
         except Exception as exc:  # the reason in words; nothing changed
             note = f"❌ Not done: {exc}"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -267,16 +268,23 @@ def finish_in_service(services: Any, action: str, reason: str, *, by: str = "rul
     return release
 
 
-def check_in_service(services: Any) -> dict:
-    """One scheduled check: judge the running canary, record the numbers, act on the verdict."""
-    canary = running_canary(services.store)
+def check_canary(store: Store, settings: Any, end: Callable[[Release, Verdict], Any]) -> dict:
+    """Judge the running canary, record the numbers and, unless the verdict is to continue, end it
+    with `end(canary, verdict)` (the running service's hand-off, or `finish` on the store alone)."""
+    canary = running_canary(store)
     if canary is None:
         return {"status": "skipped", "reason": "no canary is running"}
-    verdict = judge(services.store, canary, services.settings)
-    record_check(services.store, canary, verdict)
+    verdict = judge(store, canary, settings)
+    record_check(store, canary, verdict)
     if verdict.action != "continue":
-        finish_in_service(services, verdict.action, verdict.reason, by="rule", release_id=canary.id)
+        end(canary, verdict)
     return {"release_id": canary.id, **verdict.as_dict()}
+
+
+def check_in_service(services: Any) -> dict:
+    """One scheduled check in a running service; a verdict to end it changes routing at once."""
+    return check_canary(services.store, services.settings, lambda canary, verdict: finish_in_service(
+        services, verdict.action, verdict.reason, by="rule", release_id=canary.id))
 
 
 def last_canary(store: Store) -> Release | None:

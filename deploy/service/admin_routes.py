@@ -165,25 +165,29 @@ def admin_canary(services: Services = Depends(services_of)) -> dict:
 
 
 @router.post("/canary/start/{release_id}")
-def admin_canary_start(release_id: str, force: bool = Query(False), services: Services = Depends(services_of)) -> dict:
+def admin_canary_start(release_id: str, force: bool = Query(False), ident: Identity = Depends(admin),
+                       services: Services = Depends(services_of)) -> dict:
     from deploy.release.canary import public_state, start_in_service
 
-    release = _canary_call(start_in_service, services, release_id, force=force)
+    with audited(services.store, actor_of(ident), "canary", release_id, surface="api", step="start", force=force):
+        release = _canary_call(start_in_service, services, release_id, force=force)
     return {"id": release.id, "status": release.status, "canary": public_state(release)}
 
 
 @router.post("/canary/{action}")
-def admin_canary_action(action: Literal["check", "promote", "rollback", "stop"],
+def admin_canary_action(action: Literal["check", "promote", "rollback", "stop"], ident: Identity = Depends(admin),
                         services: Services = Depends(services_of)) -> dict:
     """`check`: judge it now by the rule (and act on the verdict); the others end it by hand."""
-    from deploy.release.canary import finish_in_service, public_state
+    from deploy.release.canary import finish_in_service, public_state, running_canary
 
-    if action == "check":  # the "canary" job, here and now: mine the latest feedback, judge, act
-        job = services.jobs.run_sync("canary", trigger="api")
-        if job.status == "failed":
-            raise ApiError(409, job.error or "the canary check failed", code="canary_refused")
-        return {"job_id": job.id, "status": job.status, **(job.result or {})}
-    release = _canary_call(finish_in_service, services, action, f"{action} by the operator", by="operator")
+    running = running_canary(services.store)
+    with audited(services.store, actor_of(ident), "canary", running.id if running else "", surface="api", step=action):
+        if action == "check":  # the "canary" job, here and now: mine the latest feedback, judge, act
+            job = services.jobs.run_sync("canary", trigger="api")
+            if job.status == "failed":
+                raise ApiError(409, job.error or "the canary check failed", code="canary_refused")
+            return {"job_id": job.id, "status": job.status, **(job.result or {})}
+        release = _canary_call(finish_in_service, services, action, f"{action} by the operator", by="operator")
     return {"id": release.id, "status": release.status, "canary": public_state(release), "serving": services.release_id}
 
 
