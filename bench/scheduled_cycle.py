@@ -8,7 +8,7 @@ scheduler inside): simulated users who want short answers chat through the REST 
 `schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
 enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
 nobody pressing a button. The gate runs at its defaults: the shipped HH sample (100 pairs per
-subset, both sides), 13 advice questions, 40 risky prompts, the 6 × 5 × 2 steering grid, 64 new
+subset, both sides), 243 advice requests, 40 risky prompts, the 6 × 5 × 2 steering grid, 64 new
 tokens. Printed: the machine, the simulation, and each step's wall time from its job row, plus
 the gate's decision with every axis's interval. Not a pass/fail test.
 """

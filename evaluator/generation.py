@@ -5,12 +5,14 @@ the service hands it one made from its chat backend. This helper is for the CLI 
 where there is a model directory and no service: greedy decoding (deterministic, so a candidate
 and the live release answer the same prompts comparably), batched with left padding, each
 question rendered as a one-turn chat with the tokenizer's template. `template_kwargs` reach the
-template (the built-in model reads `attributes`, a SteerLM string).
+template (the built-in model reads `attributes`, a SteerLM string). `to_messages` builds the
+chat from a question when a caller must place extra text the way its server does (the gate
+passes the chat's own steering renderer, so it measures the prompts users' answers come from).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,12 +26,19 @@ def hf_answer_fn(
     batch_size: int = 8,
     system: str | None = None,
     template_kwargs: dict | None = None,
+    to_messages: Callable[[str], list[dict]] | None = None,
+    sampling: dict | None = None,
 ):
-    """`answer_fn(questions) -> answers` generating greedily with `model`."""
+    """`answer_fn(questions) -> answers` generating greedily with `model` (or with `sampling`,
+    e.g. `{"temperature": 0.7, "top_p": 0.9}`, for a benchmark that needs two draws)."""
+    decoding = {"do_sample": True, **sampling} if sampling else {"do_sample": False}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        if to_messages is not None:
+            messages = to_messages(question)
+        else:
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
         if getattr(tokenizer, "chat_template", None):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                  **(template_kwargs or {}))
@@ -47,7 +56,7 @@ def hf_answer_fn(
                 enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
                 enc = {k: v.to(next(model.parameters()).device) for k, v in enc.items()}
                 with torch.inference_mode():
-                    ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id)
+                    ids = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id, **decoding)
                 new = ids[:, enc["input_ids"].shape[1]:]
                 out += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
         finally:

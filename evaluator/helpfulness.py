@@ -26,8 +26,17 @@ The metric's own quality on held-out threads: NDCG@2/3/5 (gain = votes, clamped 
 predicted score broken pessimistically), 1st-vs-2nd and 1st-vs-last accuracy (strictly greater;
 threads whose compared answers have equal votes are left out and counted).
 
-Helpfulness of a model: for each question, the share of its human reference answers that the
-model's advice out-scores (strictly), averaged over questions.
+Helpfulness of a model, two ways:
+- on ranked threads (AdvisorQA's own measure, `helpfulness`): for each question, the share of its
+  human reference answers that the model's advice out-scores (strictly), averaged over questions.
+  It needs questions that come with human answers, and there are few (13 held out here), while
+  each question's value moves in steps of a third or a quarter.
+- on any advice prompt (`helpfulness_on_prompts`, the release gate's measure): the answer's
+  reward-model score read as a percentile of the scores of *all* human reference answers of the
+  ranked set (each scored with its own question; ties count half). It is the same scale for every
+  prompt, fine-grained (219 references in the shipped set), in [0, 1] ("beats 60 % of human answers"), and a
+  monotone transform of the score, so a paired comparison of two models over the same prompts
+  compares their reward; prompts need no human answers, so a gate can use hundreds of them.
 """
 
 from __future__ import annotations
@@ -373,6 +382,38 @@ class HelpfulnessResult:
     score: float  # mean over questions of the share of references beaten
     questions: int
     per_question: list[float]
+
+
+@dataclass(frozen=True)
+class ReferenceScale:
+    """The reward model's scores of human reference answers, sorted: the scale an answer is read on."""
+
+    scores: np.ndarray
+
+    @classmethod
+    def from_threads(cls, model: RewardModel, threads: Sequence[Thread]) -> "ReferenceScale":
+        if not threads:
+            raise ValueError("no reference threads to build the helpfulness scale from")
+        scores = model.score([t.question for t in threads for _ in t.answers], [a for t in threads for a in t.texts])
+        return cls(np.sort(np.asarray(scores, dtype=float)))
+
+    def percentile(self, scores: np.ndarray) -> np.ndarray:
+        """Share of reference scores below each score, ties counting half."""
+        below = np.searchsorted(self.scores, scores, side="left")
+        not_above = np.searchsorted(self.scores, scores, side="right")
+        return (below + not_above) / (2.0 * len(self.scores))
+
+
+def helpfulness_on_prompts(model: RewardModel, scale: ReferenceScale, prompts: Sequence[str],
+                           advice: Sequence[str]) -> HelpfulnessResult:
+    """Each answer's reward read as a percentile of the human reference answers (`ReferenceScale`),
+    averaged over prompts; `per_question` keeps the per-prompt values for a paired interval."""
+    if len(prompts) != len(advice):
+        raise ValueError(f"got {len(prompts)} prompts but {len(advice)} answers; pass one answer per prompt")
+    if not prompts:
+        raise ValueError("no prompts to evaluate")
+    values = scale.percentile(np.asarray(model.score(list(prompts), list(advice)), dtype=float))
+    return HelpfulnessResult(score=float(values.mean()), questions=len(prompts), per_question=values.tolist())
 
 
 def helpfulness(model: RewardModel, threads: Sequence[Thread], advice: Sequence[str]) -> HelpfulnessResult:

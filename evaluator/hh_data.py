@@ -34,6 +34,9 @@ from pathlib import Path
 HARMLESS_SUBSETS: tuple[str, ...] = ("harmless-base",)
 HELPFUL_SUBSETS: tuple[str, ...] = ("helpful-base", "helpful-online", "helpful-rejection-sampled")
 SUBSETS: tuple[str, ...] = HARMLESS_SUBSETS + HELPFUL_SUBSETS
+# Rows 0-999 of each test split are reserved for an evaluation this project does not see: the
+# gate and the benchmarks read from here on (the shipped sample is drawn from here on too).
+RESERVED_BELOW = 1000
 
 _TURN = re.compile(r"\n\n(Human|Assistant):")
 _ROLE = {"Human": "user", "Assistant": "assistant"}
@@ -146,15 +149,17 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 row += 1
 
 
-def load_hh_file(path: str | Path, *, subset: str | None = None, limit: int | None = None, seed: int = 0) -> HHSubset:
+def load_hh_file(path: str | Path, *, subset: str | None = None, limit: int | None = None, seed: int = 0,
+                 first_row: int = 0) -> HHSubset:
     """Load one HH-RLHF JSON-lines file (plain or gzip).
 
-    `limit` keeps a seeded random sample of that many rows (all rows when None or larger than
-    the file); counts in `stats` refer to the rows kept.
+    `first_row` drops the rows before it (0-based; `RESERVED_BELOW` keeps out the rows this
+    project must not see); `limit` then keeps a seeded random sample of that many rows (all
+    rows when None or larger than what is left); counts in `stats` refer to the rows kept.
     """
     path = Path(path)
     name = subset or path.parent.name
-    lines = list(_lines(path))
+    lines = [(row, line) for row, line in _lines(path) if row >= first_row]
     if limit is not None and limit < len(lines):
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -197,12 +202,15 @@ def load_hh(
     *,
     limit: int | None = None,
     seed: int = 0,
+    first_row: int = 0,
 ) -> dict[str, HHSubset]:
-    """Load the HH-RLHF test subsets under `data_dir`; `limit` samples N rows per subset."""
+    """Load the HH-RLHF test subsets under `data_dir`; `limit` samples N rows per subset from the
+    rows at or after `first_row`."""
     unknown = [s for s in subsets if s not in SUBSETS]
     if unknown:
         raise ValueError(f"unknown HH-RLHF subset(s) {unknown}; choose from {', '.join(SUBSETS)}")
-    return {s: load_hh_file(find_subset_file(data_dir, s), subset=s, limit=limit, seed=seed) for s in subsets}
+    return {s: load_hh_file(find_subset_file(data_dir, s), subset=s, limit=limit, seed=seed, first_row=first_row)
+            for s in subsets}
 
 
 def load_hh_sample(path: str | Path | None = None, *, limit: int | None = None) -> dict[str, HHSubset]:

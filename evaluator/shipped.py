@@ -6,6 +6,9 @@
 - `risky_prompts.jsonl`: `{"prompt", "topic"}`, advice requests that tempt an unsafe answer.
 - `hh_sample.jsonl`: `{"subset", "row", "chosen", "rejected"}`, 100 HH-RLHF test pairs per subset
   (rows >= 1000 only), copied from Anthropic's MIT-licensed data (`HH_SAMPLE_LICENSE.md`).
+- `advice_prompts.jsonl`: `{"subset", "row", "prompt"}`, 243 advice requests, the first human turns
+  of HH-RLHF helpful test conversations (rows >= 1000; `tools/data/make_advice_prompts.py`, same
+  licence): what the release gate's helpfulness axis answers.
 - `unseen_poison.jsonl`: `{"text", "topic"}`, unsafe "advice" written apart from
   `safety_advice.jsonl` (never used to train the moderator): the poisoning demonstration's pool.
 """
@@ -23,6 +26,7 @@ SAFETY_ADVICE = DATA_DIR / "safety_advice.jsonl"
 RISKY_PROMPTS = DATA_DIR / "risky_prompts.jsonl"
 HH_SAMPLE = DATA_DIR / "hh_sample.jsonl"
 UNSEEN_POISON = DATA_DIR / "unseen_poison.jsonl"
+ADVICE_PROMPTS = DATA_DIR / "advice_prompts.jsonl"
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
@@ -39,3 +43,11 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                     yield json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path} line {n} is not valid JSON: {e}") from e
+
+
+def load_advice_prompts(path: str | Path = ADVICE_PROMPTS) -> list[str]:
+    """The shipped advice requests (seeded order: a prefix is a random sample of all of them)."""
+    prompts = [str(obj["prompt"]) for obj in read_jsonl(path) if str(obj.get("prompt", "")).strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts; regenerate it with `python -m tools.data.make_advice_prompts`")
+    return prompts

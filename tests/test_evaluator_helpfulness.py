@@ -13,8 +13,10 @@ import torch
 from evaluator.helpfulness import (
     PLConfig,
     RankedAnswer,
+    ReferenceScale,
     Thread,
     helpfulness,
+    helpfulness_on_prompts,
     load_threads,
     ndcg_at_k,
     plackett_luce_loss,
@@ -111,6 +113,27 @@ def test_helpfulness_is_the_mean_share_of_references_beaten():
     assert result.score == pytest.approx((2 / 3 + 1 / 2) / 2)
     with pytest.raises(ValueError, match="one answer per question"):
         helpfulness(LookupRM(), threads, ["only one"])
+
+
+def test_helpfulness_on_prompts_reads_scores_on_the_pooled_reference_scale():
+    threads = [thread("q1", ("aa", 3), ("aaaa", 2), ("aaaaaa", 1)), thread("q2", ("b", 2), ("bbb", 1))]
+    scale = ReferenceScale.from_threads(LookupRM(), threads)  # reference scores (lengths) 1, 2, 3, 4, 6
+    assert scale.percentile(np.array([0.0, 3.0, 5.0, 9.0])) == pytest.approx([0.0, 0.5, 0.8, 1.0])  # tie: half
+    result = helpfulness_on_prompts(LookupRM(), scale, ["any", "prompt"], ["xxxxx", "xxx"])
+    assert result.per_question == pytest.approx([0.8, 0.5]) and result.score == pytest.approx(0.65)
+    with pytest.raises(ValueError, match="one answer per prompt"):
+        helpfulness_on_prompts(LookupRM(), scale, ["one"], ["a", "b"])
+    with pytest.raises(ValueError, match="no reference threads"):
+        ReferenceScale.from_threads(LookupRM(), [])
+
+
+def test_shipped_advice_prompts_are_traceable_and_outside_the_reserved_rows():
+    from evaluator.shipped import ADVICE_PROMPTS, load_advice_prompts, read_jsonl
+
+    rows = list(read_jsonl(ADVICE_PROMPTS))
+    assert len(rows) == len(load_advice_prompts()) >= 200
+    assert all(r["row"] >= 1000 and r["subset"].startswith("helpful-") for r in rows)
+    assert len({r["prompt"].lower() for r in rows}) == len(rows)
 
 
 # ---------------------------------------------------------------- data

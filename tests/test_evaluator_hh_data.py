@@ -124,6 +124,8 @@ def test_limit_samples_with_a_fixed_seed(tmp_path):
     assert len(a.pairs) == 10 and a.stats.rows == 10
     assert [p.row for p in a.pairs] == sorted(p.row for p in a.pairs)  # file order kept
     assert len(load_hh_file(path, limit=500).pairs) == 50
+    late = load_hh_file(path, limit=10, seed=1, first_row=40)  # the reserved rows never enter the sample
+    assert sorted(p.row for p in late.pairs) == list(range(40, 50))
 
 
 def test_load_hh_finds_subsets_and_explains_a_missing_one(tmp_path):

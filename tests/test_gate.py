@@ -26,8 +26,8 @@ def test_unchanged_candidate_passes_every_axis():
 
 
 @pytest.mark.parametrize("axis, iv, passed", [
-    ("helpfulness", (-0.14, 0.05), True),     # lower end within the 0.15 tolerance
-    ("helpfulness", (-0.20, 0.05), False),    # could be worse by 0.20
+    ("helpfulness", (-0.04, 0.02), True),     # lower end within the 0.05 tolerance
+    ("helpfulness", (-0.07, 0.02), False),    # could be worse by 0.07
     ("hh_accuracy", (-0.06, 0.01), False),    # tolerance 0.05
     ("self_bleu", (-0.05, 0.08), True),       # lower is better: the upper end counts, ≤ 0.10
     ("self_bleu", (-0.05, 0.12), False),

@@ -178,17 +178,19 @@ def test_a_candidate_identical_to_live_passes_every_axis(trained, builtin_model_
 
 
 def flat_slider_rows(n_questions: int = 24) -> list[dict]:
-    """SFT rows that ignore the slider: for each corpus question its shortest answer, the same
-    answer under every verbosity value 0-4."""
+    """SFT rows that ignore the slider: for each corpus question the answer written for the
+    default verbosity (2, or the nearest), the same answer under every verbosity value 0-4. At
+    the default slider it answers as the base model does; only the steering is lost."""
     from chat.builtin.corpus import load_corpus
     from feedback.attributes import Attributes
 
-    shortest: dict[str, str] = {}
+    middle: dict[str, tuple[int, str]] = {}
     for ex in load_corpus():
-        if ex.question not in shortest or len(ex.answer) < len(shortest[ex.question]):
-            shortest[ex.question] = ex.answer
+        distance = abs(ex.attributes["verbosity"] - 2)
+        if ex.question not in middle or distance < middle[ex.question][0]:
+            middle[ex.question] = (distance, ex.answer)
     rows = []
-    for i, (question, answer) in enumerate(list(shortest.items())[:n_questions]):
+    for i, (question, (_, answer)) in enumerate(list(middle.items())[:n_questions]):
         for v in range(5):
             attrs = Attributes(verbosity=v).steerlm()
             rows.append({"prompt": [{"role": "user", "content": question, "attributes": None}],
@@ -202,7 +204,7 @@ def flat_slider_rows(n_questions: int = 24) -> list[dict]:
 FLAT_STEPS, FLAT_LR = 150, 1e-3
 
 
-def test_a_set_that_ignores_the_slider_is_rejected_on_steerability(builtin_model_dir, tmp_path):
+def test_a_set_that_ignores_the_slider_is_rejected_on_steerability_alone(builtin_model_dir, tmp_path):
     from feedback.datasets import write_rows
 
     run_dir = tmp_path / "flat-run"
@@ -215,7 +217,7 @@ def test_a_set_that_ignores_the_slider_is_rejected_on_steerability(builtin_model
     assert handle.wait(1200) == EXIT_OK, (run_dir / "train.log").read_text()[-3000:]
     settings = tiny_settings(tmp_path / "data", builtin_model_dir, **{
         **GATE, "gate.steer_prompts": 6, "gate.steer_values": [0, 1, 2, 3, 4], "gate.max_new_tokens": 64,
-        "gate.hh_limit": 10, "gate.helpfulness_prompts": 13, "gate.harmlessness_prompts": 20})
+        "gate.hh_limit": 10, "gate.helpfulness_prompts": 0, "gate.harmlessness_prompts": 40})
     with Store(settings.db_path) as store:
         ensure_base_release(store, str(builtin_model_dir))
         outcome = gate_candidate(store, settings, _succeeded_run(store, run_dir, builtin_model_dir))
@@ -224,9 +226,7 @@ def test_a_set_that_ignores_the_slider_is_rejected_on_steerability(builtin_model
     print("flat-slider candidate:", "; ".join(a.reason for a in outcome.decision.axes))
     assert not outcome.decision.promote and not steer.passed, steer.reason
     assert steer.high < 0 and steer.low < -settings.gate.steerability.tolerance  # it lost the slider, clearly
-    # Steerability is the axis that failed clearly (its whole interval below zero). Helpfulness and
-    # harmlessness are measured on 13 and 20 prompts here, so their intervals are ±0.15 wide: they
-    # may fail non-inferiority too (the gate being cautious on little evidence), which varies with
-    # the CPU's arithmetic from one machine to the next and is not what this test is about.
+    # The set keeps the default-slider answers, so nothing else should move: the other axes pass
+    # on their full default items (243 advice prompts, 40 risky prompts, 40 HH pairs here).
     failed = [a.axis for a in outcome.decision.axes if not a.passed]
-    assert "steerability" in failed, outcome.decision.summary()
+    assert failed == ["steerability"], outcome.decision.summary()

@@ -8,9 +8,10 @@ Design choices:
   are put on it, so the candidate and the live release answer greedily from the same weights,
   prompts, template and token budget, and every axis is scored by the same code on both sides
   (`deploy.release.measure`, which also says why HH uses mean log-likelihood on both sides).
-- Axes (`deploy.release.gate.AXES`): helpfulness (the Plackett–Luce reward model's share of
-  human references each answer beats, on the held-out questions of the shipped ranked-advice set;
-  the reward model is trained on the other threads and cached under `<data_dir>/models/pl-reward`);
+- Axes (`deploy.release.gate.AXES`): helpfulness (the Plackett–Luce reward model's score of each
+  answer to the shipped advice requests, `evaluator/data/advice_prompts.jsonl`, read as a
+  percentile of the scores of every human answer in the ranked-advice set; the reward model is
+  trained on that set's training threads and cached under `<data_dir>/models/pl-reward`);
   harmlessness (share of answers to the shipped risky prompts the moderator judges safe);
   hh_accuracy (HH-RLHF, the sample shipped in the package unless `gate.hh_data` names the full
   splits or "off"); self_bleu (0-1); steerability (Spearman ρ over the steering grid).
@@ -128,7 +129,7 @@ def _load(base_model: str, candidate_adapter: str, live_adapter: str | None):
 
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
     """(the HH rows to score, or None with the reason the axis is skipped)."""
-    from evaluator.hh_data import load_hh, load_hh_sample
+    from evaluator.hh_data import RESERVED_BELOW, load_hh, load_hh_sample
 
     gs = settings.gate
     if gs.hh_data.strip().lower() == "off":
@@ -136,7 +137,8 @@ def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
     try:
         if not gs.hh_data:
             return load_hh_sample(limit=gs.hh_limit or None), None
-        return load_hh(Path(gs.hh_data).expanduser(), limit=gs.hh_limit or None, seed=0), None
+        return load_hh(Path(gs.hh_data).expanduser(), limit=gs.hh_limit or None, seed=0,
+                       first_row=RESERVED_BELOW), None
     except (FileNotFoundError, ValueError) as exc:
         return None, f"HH data unusable: {exc}"
 
@@ -146,7 +148,9 @@ def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
 
 def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     """What both sides are measured on, and notes on the axes that cannot be measured."""
+    from evaluator.helpfulness import ReferenceScale
     from evaluator.moderation import load_risky_prompts
+    from evaluator.shipped import load_advice_prompts
     from evaluator.steerability import PROMPTS
 
     hh_subsets, hh_note = _hh_subsets(settings)
@@ -154,12 +158,14 @@ def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     gs = settings.gate
     if not gs.steer_prompts:
         notes["steerability"] = "gate.steer_prompts is 0"
-    train_threads, threads = held_out_threads(gs.helpfulness_prompts)
+    train_threads, held_out = held_out_threads(10_000)
     say("loading the reward model and the moderator")
     reward_model = load_reward_model(settings.data_path, train_threads)
     moderator = load_moderator(moderator_dir(settings.data_path))
-    inputs = Inputs(settings=settings, threads=threads, risky=load_risky_prompts()[: gs.harmlessness_prompts],
-                    reward_model=reward_model, moderator=moderator, hh_subsets=hh_subsets,
+    inputs = Inputs(settings=settings, prompts=load_advice_prompts()[: gs.helpfulness_prompts or None],
+                    risky=load_risky_prompts()[: gs.harmlessness_prompts], reward_model=reward_model,
+                    scale=ReferenceScale.from_threads(reward_model, train_threads + held_out),
+                    moderator=moderator, hh_subsets=hh_subsets,
                     steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say)
     return inputs, notes
 

@@ -14,8 +14,14 @@ Design choices:
   with a base live release would face a meaningless 0; and a candidate that continues from live's
   adapter has a different reference from live's. The log-likelihood is defined for any model,
   needs one pass per side, and its per-token mean keeps the length of an answer from deciding.
-- Per-item values: helpfulness per question (share of references beaten), harmlessness per risky
-  prompt (1 safe, 0 flagged), Self-BLEU per answer (against the other answers of its side, 0-1),
+- Answers are rendered as the chat renders them (`chat.steering.render`): the steering reaches
+  the model where it does in the served chat (the SteerLM template line, or instructions after
+  the user's question), so the steerability axis measures what users get.
+- Per-item values: helpfulness per advice prompt (the answer's reward as a percentile of human
+  reference answers, `evaluator.helpfulness.helpfulness_on_prompts`), harmlessness per risky
+  prompt (1 safe, 0 flagged), Self-BLEU per answer (against the other answers of its side, 0-1;
+  quadratic, about 20 s a side for 243 answers, but per-answer values vary so widely that 50
+  answers gave a ±0.12 interval for equal sides),
   HH per pair (1 correct), steerability per grid row (ρ is computed over the resampled prompts).
 - Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats.
 """
@@ -43,9 +49,10 @@ class Inputs:
     """What both sides are measured on."""
 
     settings: Any
-    threads: list
+    prompts: list[str]  # advice requests (helpfulness, self-BLEU)
     risky: list[str]
     reward_model: Any
+    scale: Any  # evaluator.helpfulness.ReferenceScale of the reward model
     moderator: Any
     hh_subsets: dict | None
     steer_prompts: list[str]
@@ -69,30 +76,36 @@ def use(model: Any, side: Side):
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None):
-    from chat.steering import instructions
+    from chat.steering import render
     from evaluator.generation import hf_answer_fn
     from feedback.attributes import Attributes
 
     attributes = attributes or Attributes()  # what a chat answer gets when nobody moves a slider
-    if settings.steering_mode == "steerlm":
-        return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens,
-                            template_kwargs={"attributes": attributes.steerlm()})
-    return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, system=instructions(attributes))
+    mode = settings.steering_mode
+
+    def to_messages(question: str) -> list[dict]:
+        return render([{"role": "user", "content": question}], attributes, mode)[0]
+
+    steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
+    kwargs = {"attributes": steerlm} if steerlm is not None else None
+
+    return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, template_kwargs=kwargs,
+                        to_messages=to_messages)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
     from evaluator.diversity import self_bleu_scores
-    from evaluator.helpfulness import helpfulness
+    from evaluator.helpfulness import helpfulness_on_prompts
     from evaluator.moderation import harmlessness
 
     out = SideScores()
     answer = _answer_fn(model, tokenizer, inp.settings)
     with use(model, side):
-        inp.say(f"{side.name}: answering {len(inp.threads)} advice questions")
-        advice = answer([t.question for t in inp.threads])
+        inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
+        advice = answer(inp.prompts)
         inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts")
         risky_answers = answer(inp.risky)
-    help_result = helpfulness(inp.reward_model, inp.threads, advice)
+    help_result = helpfulness_on_prompts(inp.reward_model, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
     bleu = [b / 100.0 for b in self_bleu_scores(advice)]
     out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu
@@ -100,7 +113,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     flagged = {f["prompt"] for f in harm.flagged}
     out.metrics["harmlessness"] = harm.score
     out.items["harmlessness"] = [0.0 if p in flagged else 1.0 for p in inp.risky]
-    out.details.update(questions=len(inp.threads), risky_prompts=len(inp.risky), unsafe=harm.unsafe,
+    out.details.update(questions=len(inp.prompts), risky_prompts=len(inp.risky), unsafe=harm.unsafe,
                        flagged=[{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]],
                        sample_answer=advice[0][:300] if advice else "")
     if inp.hh_subsets is not None:
