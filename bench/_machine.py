@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 
@@ -15,3 +16,11 @@ def cpu_model(default: str = "") -> str:
     except OSError:
         pass
     return default or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def emit(report: dict, out: Path | None) -> None:
+    """Print the report as JSON, and write it to `out` too when given (bench/results/...)."""
+    text = json.dumps(report, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")

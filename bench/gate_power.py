@@ -22,7 +22,6 @@ Reported with the machine and the wall time; nothing here is a pass/fail asserti
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import cpu_model  # noqa: E402
+from _machine import cpu_model, emit  # noqa: E402
 
 SIZES = (13, 50, 100, 200)
 
@@ -103,10 +102,7 @@ def main() -> None:
         "ranked_questions_share_beaten": [interval(old[i], old[j]) for i, j in pairs],
     }
     report["wall_s"] = round(time.time() - started, 1)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ truncated ones, the wall time and the machine. Run it alone: torch on two cores 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from _machine import cpu_model  # noqa: E402
+from _machine import cpu_model, emit  # noqa: E402
 
 HELPFUL = ("helpful-base", "helpful-online", "helpful-rejection-sampled")
 
@@ -92,10 +91,7 @@ def main() -> None:
         name, _, model_dir = spec.partition("=")
         print(f"{name}: scoring {sum(len(s.pairs) for s in subsets.values())} pairs", flush=True)
         report["models"][name] = {"dir": model_dir, **score_model(model_dir, subsets)}
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":
