@@ -83,7 +83,7 @@ def main() -> None:
     from evaluator.shipped import load_advice_prompts
 
     started = time.time()
-    train, held = held_out_threads(10_000)
+    train, held = held_out_threads()
     rm = load_reward_model(args.data_dir, train)
     scale = ReferenceScale.from_threads(rm, train + held)
     prompts = load_advice_prompts()[: args.limit or None]

@@ -24,7 +24,6 @@ def hf_answer_fn(
     *,
     max_new_tokens: int = 128,
     batch_size: int = 8,
-    system: str | None = None,
     template_kwargs: dict | None = None,
     to_messages: Callable[[str], list[dict]] | None = None,
     sampling: dict | None = None,
@@ -35,10 +34,7 @@ def hf_answer_fn(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:
-        if to_messages is not None:
-            messages = to_messages(question)
-        else:
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        messages = to_messages(question) if to_messages else [{"role": "user", "content": question}]
         if getattr(tokenizer, "chat_template", None):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                  **(template_kwargs or {}))

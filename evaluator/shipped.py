@@ -45,6 +45,13 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                     raise ValueError(f"{path} line {n} is not valid JSON: {e}") from e
 
 
+def write_jsonl(rows: list[dict], path: str | Path) -> None:
+    """Write one JSON object per line (UTF-8, non-ASCII kept as is): the shipped files' format."""
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def load_advice_prompts(path: str | Path = ADVICE_PROMPTS) -> list[str]:
     """The shipped advice requests (seeded order: a prefix is a random sample of all of them)."""
     prompts = [str(obj["prompt"]) for obj in read_jsonl(path) if str(obj.get("prompt", "")).strip()]

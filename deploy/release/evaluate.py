@@ -64,13 +64,12 @@ class GateOutcome:
 # ---------------------------------------------------------------- the held-out helpfulness questions
 
 
-def held_out_threads(limit: int) -> tuple[list, list]:
-    """(train threads, the first `limit` held-out threads) of the shipped ranked-advice set, with the
-    split `advisor eval helpfulness train` uses by default, so its saved reward model fits."""
+def held_out_threads() -> tuple[list, list]:
+    """(train threads, held-out threads) of the shipped ranked-advice set, with the split
+    `advisor eval helpfulness train` uses by default, so its saved reward model fits."""
     from evaluator.helpfulness import load_threads, split_threads
 
-    train, test = split_threads(load_threads(), 0.2, 0)
-    return train, test[:limit]
+    return split_threads(load_threads(), 0.2, 0)
 
 
 # ---------------------------------------------------------------- finding what to compare
@@ -158,7 +157,7 @@ def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     gs = settings.gate
     if not gs.steer_prompts:
         notes["steerability"] = "gate.steer_prompts is 0"
-    train_threads, held_out = held_out_threads(10_000)
+    train_threads, held_out = held_out_threads()
     say("loading the reward model and the moderator")
     reward_model = load_reward_model(settings.data_path, train_threads)
     moderator = load_moderator(moderator_dir(settings.data_path))

@@ -31,8 +31,10 @@ import random
 import re
 from pathlib import Path
 
+from evaluator.hh_data import RESERVED_BELOW
+from evaluator.shipped import write_jsonl
+
 SUBSETS = ("helpful-base", "helpful-online", "helpful-rejection-sampled")
-RESERVED_BELOW = 1000
 SEED = 20261201
 OUT = Path(__file__).resolve().parents[2] / "evaluator" / "data" / "advice_prompts.jsonl"
 PEOPLE = ("wife|husband|friend|friends|boss|son|daughter|mom|mother|dad|father|parents|girlfriend|boyfriend|"
@@ -73,9 +75,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     rows = collect(args.hh)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_jsonl(rows, args.out)
     print(f"wrote {len(rows)} prompts to {args.out}")
 
 

@@ -30,8 +30,10 @@ import json
 import random
 from pathlib import Path
 
+from evaluator.hh_data import RESERVED_BELOW
+from evaluator.shipped import write_jsonl
+
 SUBSETS = ("harmless-base", "helpful-base", "helpful-online", "helpful-rejection-sampled")
-RESERVED_BELOW = 1000
 SEED = 20240515
 OUT = Path(__file__).resolve().parents[2] / "evaluator" / "data" / "hh_sample.jsonl"
 
@@ -56,9 +58,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     rows = sample(args.hh, args.per_subset)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_jsonl(rows, args.out)
     print(f"wrote {len(rows)} rows to {args.out}")
 
 
