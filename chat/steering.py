@@ -26,6 +26,9 @@ Two renderings (DESIGN.md, "Steering"):
   last user message carries it, so earlier turns never pile up old settings. A conversation that
   does not end with a user message gets it in the system message instead.
   Each sentence contains the level's `LEVEL_WORDS` phrase, so the UI preview and the model agree.
+  The wording and the placement live in `feedback.attributes` (`instructions`,
+  `with_instructions`), because the trainer must render a training prompt exactly as the model
+  saw it when it answered, and `trainer` cannot import `chat`.
   Helpfulness, correctness and coherence are mentioned only below their default 4 (unmeasured:
   a general model has no sensible reading of "be less helpful", and every extra clause dilutes
   the two instructions people actually steer).
@@ -35,42 +38,15 @@ Pure functions on message dicts; no model or backend code here.
 
 from __future__ import annotations
 
-from feedback.attributes import LEVEL_WORDS, Attributes
+from feedback.attributes import LEVEL_WORDS, Attributes, with_instructions
 
 STEERING_MODES = ("steerlm", "instruct")
-
-# What the `instruct` rendering says per level: a word budget for verbosity (the 135M default model
-# ignores "brief" but roughly keeps to a number), a reading level for complexity.
-VERBOSITY_INSTRUCTIONS = (
-    "Answer in one or two sentences, no more than 30 words.",
-    "Answer briefly, in about 60 words.",
-    "Answer in a short paragraph of about 100 words.",
-    "Give a detailed answer of about 180 words.",
-    "Give a thorough, step by step answer of about 250 words, with numbered steps.",
-)
-COMPLEXITY_INSTRUCTIONS = (
-    "Use very simple words and short sentences that a child could read.",
-    "Use plain language and simple words.",
-    "Use everyday adult language.",
-    "Use precise and nuanced language, with longer sentences.",
-    "Write in an expert-level and technical way, with specialist terms and complex sentences.",
-)
-# Mentioned only when below the default (4).
-_QUALITY_LABELS = (("helpfulness", "Helpfulness"), ("correctness", "Accuracy"), ("coherence", "Clarity"))
 
 
 def check_mode(mode: str) -> str:
     if mode not in STEERING_MODES:
         raise ValueError(f"unknown steering mode {mode!r}; use one of {', '.join(STEERING_MODES)}")
     return mode
-
-
-def instructions(attributes: Attributes) -> str:
-    """The attributes as plain instructions for a general instruct model (one line)."""
-    parts = [VERBOSITY_INSTRUCTIONS[attributes.verbosity], COMPLEXITY_INSTRUCTIONS[attributes.complexity]]
-    parts += [f"{label}: {LEVEL_WORDS[name][getattr(attributes, name)]}."
-              for name, label in _QUALITY_LABELS if getattr(attributes, name) < 4]
-    return " ".join(parts)
 
 
 def preview(attributes: Attributes) -> str:
@@ -88,17 +64,4 @@ def render(
     if mode == "steerlm":
         out = [dict(m) for m in messages]
         return out, attributes.steerlm() if attributes is not None else None
-    out = [{k: v for k, v in m.items() if k != "attributes"} for m in messages]
-    if attributes is None:
-        return out, None
-    text = instructions(attributes)
-    last = out[-1] if out else None
-    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
-        content = last["content"].rstrip()
-        last["content"] = f"{content}\n\n{text}" if content else text
-    elif out and out[0].get("role") == "system":
-        existing = (out[0].get("content") or "").rstrip()
-        out[0]["content"] = f"{existing}\n\n{text}" if existing else text
-    else:
-        out.insert(0, {"role": "system", "content": text})
-    return out, None
+    return with_instructions(messages, attributes), None

@@ -88,3 +88,56 @@ LEVEL_WORDS = {
     "correctness": ("loose", "mostly accurate", "accurate", "carefully accurate", "rigorously accurate"),
     "coherence": ("loose", "fairly clear", "clear", "very clear", "perfectly clear and well organised"),
 }
+
+
+# --------------------------------------------------------------------------- as instructions
+# How the `instruct` steering mode says the attributes to a general chat model (chat.steering
+# explains the measurements behind the wording and the place). Here because both the chat and the
+# trainer render with it: a training prompt must read as the prompt the answer was generated for.
+
+# A word budget for verbosity (the 135M default model ignores "brief" but roughly keeps to a
+# number), a reading level for complexity.
+VERBOSITY_INSTRUCTIONS = (
+    "Answer in one or two sentences, no more than 30 words.",
+    "Answer briefly, in about 60 words.",
+    "Answer in a short paragraph of about 100 words.",
+    "Give a detailed answer of about 180 words.",
+    "Give a thorough, step by step answer of about 250 words, with numbered steps.",
+)
+COMPLEXITY_INSTRUCTIONS = (
+    "Use very simple words and short sentences that a child could read.",
+    "Use plain language and simple words.",
+    "Use everyday adult language.",
+    "Use precise and nuanced language, with longer sentences.",
+    "Write in an expert-level and technical way, with specialist terms and complex sentences.",
+)
+# Mentioned only when below the default (4).
+_QUALITY_LABELS = (("helpfulness", "Helpfulness"), ("correctness", "Accuracy"), ("coherence", "Clarity"))
+
+
+def instructions(attributes: Attributes) -> str:
+    """The attributes as plain instructions for a general instruct model (one line)."""
+    parts = [VERBOSITY_INSTRUCTIONS[attributes.verbosity], COMPLEXITY_INSTRUCTIONS[attributes.complexity]]
+    parts += [f"{label}: {LEVEL_WORDS[name][getattr(attributes, name)]}."
+              for name, label in _QUALITY_LABELS if getattr(attributes, name) < 4]
+    return " ".join(parts)
+
+
+def with_instructions(messages: list[dict], attributes: Attributes | None) -> list[dict]:
+    """A copy of `messages` without per-message `attributes` keys, with the attributes' instructions
+    appended to the last user message (else to the system message, else in a new one). None: no
+    instructions. Never mutates the input."""
+    out = [{k: v for k, v in m.items() if k != "attributes"} for m in messages]
+    if attributes is None:
+        return out
+    text = instructions(attributes)
+    last = out[-1] if out else None
+    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+        content = last["content"].rstrip()
+        last["content"] = f"{content}\n\n{text}" if content else text
+    elif out and out[0].get("role") == "system":
+        existing = (out[0].get("content") or "").rstrip()
+        out[0]["content"] = f"{existing}\n\n{text}" if existing else text
+    else:
+        out.insert(0, {"role": "system", "content": text})
+    return out

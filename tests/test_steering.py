@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chat.builtin.template import render as render_template
-from chat.steering import COMPLEXITY_INSTRUCTIONS, VERBOSITY_INSTRUCTIONS, instructions, preview, render
-from feedback.attributes import LEVEL_WORDS, Attributes
+from chat.steering import preview, render
+from feedback.attributes import COMPLEXITY_INSTRUCTIONS, LEVEL_WORDS, VERBOSITY_INSTRUCTIONS, Attributes, instructions
 
 MESSAGES = [
     {"role": "user", "content": "How do I sleep better?"},

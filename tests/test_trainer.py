@@ -94,6 +94,45 @@ def test_malformed_data_is_named_by_row_and_field(tmp_path):
         _assert_untouched(tmp_path / name)
 
 
+def test_instruct_steering_trains_on_the_prompt_the_model_answered(tmp_path):
+    """A general chat model was steered by instructions after the user's question (the chat's
+    `instruct` mode); its template ignores the SteerLM kwarg. Trained on the bare question, it
+    would learn from prompts nobody sent it, so the snapshot is rendered the way the chat rendered
+    it, by the same function; the stored rows and their hash stay as built."""
+    from chat.steering import render
+    from feedback.attributes import Attributes
+    from trainer.data import DataError, load_snapshot
+
+    attrs = Attributes(verbosity=0, complexity=1)
+    history = [{"role": "user", "content": "My roommate never cleans.", "attributes": None},
+               {"role": "assistant", "content": "Talk to them.", "attributes": Attributes().steerlm()},
+               {"role": "user", "content": "How do I start?", "attributes": None}]
+    answer = [{"role": "assistant", "content": "Pick a calm moment.", "attributes": attrs.steerlm()}]
+    row = {"prompt": history, "completion": answer, "label": True,
+           "chat_template_kwargs": {"attributes": attrs.steerlm()}}
+    (tmp_path / "run").mkdir()
+    write_rows([row], "kto", tmp_path / "run" / "train.parquet")
+
+    steerlm_rows, _, steerlm_hash = load_snapshot(tmp_path / "run", "kto")
+    assert steerlm_rows[0]["prompt"][-1]["content"] == "How do I start?"
+    assert steerlm_rows[0]["chat_template_kwargs"] == {"attributes": attrs.steerlm()}
+
+    rows, _, data_hash = load_snapshot(tmp_path / "run", "kto", "instruct")
+    served, kwarg = render(history, attrs, "instruct")
+    assert rows[0]["prompt"] == served and kwarg is None
+    assert rows[0]["prompt"][-1]["content"].startswith("How do I start?\n\nAnswer in one or two sentences")
+    assert rows[0]["chat_template_kwargs"] == {"attributes": None}
+    assert rows[0]["completion"] == [{"role": "assistant", "content": "Pick a calm moment."}]
+    assert data_hash == steerlm_hash
+
+    row["chat_template_kwargs"] = {"attributes": "verbosity:9"}
+    write_rows([row], "kto", tmp_path / "run" / "train.parquet")
+    with pytest.raises(DataError, match="not a SteerLM string"):
+        load_snapshot(tmp_path / "run", "kto", "instruct")
+    with pytest.raises(ConfigError, match="steering must be steerlm or instruct"):
+        config_for("kto", steering="system")
+
+
 def test_start_run_refuses_a_directory_without_data(tmp_path):
     with pytest.raises(RunError, match="no train.parquet"):
         start_run(tmp_path, config_for("kto"))
@@ -146,3 +185,18 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
     assert out.exit_code == 1 and "no training examples for dpo" in out.output
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "runs", "--json"])
     assert out.exit_code == 0 and json.loads(out.stdout)[0]["status"] == "failed"
+
+
+@pytest.mark.parametrize("steering", ["steerlm", "instruct"])
+def test_the_service_trains_with_its_own_steering_mode(store, tmp_path, steering):
+    """The served model's steering mode reaches the run's config, so its snapshot is rendered as
+    that model saw its prompts (the test above)."""
+    from service_helpers import tiny_settings
+
+    from deploy.loop.training import start_training
+    from feedback.datasets import AcceptEverythingFilter
+
+    settings = tiny_settings(tmp_path / "data", tmp_path / "model", **{"backend.steering": steering})
+    run = start_training(store, settings, method="kto", safety_filter=AcceptEverythingFilter())
+    assert run.status == "failed" and "no training examples" in run.error  # the config is recorded anyway
+    assert store.get_training_run(run.id).config["steering"] == steering

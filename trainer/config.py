@@ -67,6 +67,11 @@ class RunConfig:
     cpu_scaling: bool = True
     cpu_max_steps: int = 300
     cpu_min_learning_rate: float = 2e-4
+    # How the base model was shown the attributes when it answered, so a training prompt reads as
+    # that prompt did: "steerlm" (the SteerLM string as the chat template's `attributes` kwarg;
+    # models trained with it) or "instruct" (plain instructions after the last user message, for a
+    # general chat model whose template ignores the kwarg; feedback.attributes.with_instructions).
+    steering: str = "steerlm"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -81,6 +86,8 @@ class RunConfig:
             raise ConfigError(f"{self.method} config: lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"{self.method} config: device must be auto, cpu or cuda, got {self.device!r}")
+        if self.steering not in ("steerlm", "instruct"):
+            raise ConfigError(f"{self.method} config: steering must be steerlm or instruct, got {self.steering!r}")
         if self.quantize not in ("auto", "4bit", "none"):
             raise ConfigError(f"{self.method} config: quantize must be auto, 4bit or none, got {self.quantize!r}")
 

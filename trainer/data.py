@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from feedback.attributes import Attributes, InvalidAttributes, with_instructions
 from feedback.datasets import EVAL_FILE, TRAIN_COLUMNS, TRAIN_FILE, rows_sha256
 
 ROLES = ("system", "user", "assistant")
@@ -65,15 +66,27 @@ def check_rows(rows: list[dict[str, Any]], method: str, name: str) -> None:
             raise DataError(f"{where} chat_template_kwargs: must be a mapping, got {type(kwargs).__name__}")
 
 
-def _clean(row: dict[str, Any], method: str) -> dict[str, Any]:
-    """Only the trained columns (the bookkeeping ones would confuse TRL's format detection)."""
+def _clean(row: dict[str, Any], method: str, steering: str) -> dict[str, Any]:
+    """Only the trained columns (the bookkeeping ones would confuse TRL's format detection), the
+    prompt rendered as the model saw it: a SteerLM string stays the template's `attributes`
+    kwarg; under "instruct" steering it becomes the instructions the chat appended to the last
+    user message (the same function renders both), and the kwarg is dropped."""
     out = {c: row[c] for c in TRAIN_COLUMNS[method]}
-    out["chat_template_kwargs"] = {"attributes": (row.get("chat_template_kwargs") or {}).get("attributes")}
+    attributes = (row.get("chat_template_kwargs") or {}).get("attributes")
+    if steering == "instruct":
+        parsed = Attributes.parse(attributes) if attributes else None
+        out["prompt"] = with_instructions(row["prompt"], parsed)
+        for col in ("completion", "chosen", "rejected"):
+            if col in out:
+                out[col] = with_instructions(out[col], None)
+        attributes = None
+    out["chat_template_kwargs"] = {"attributes": attributes}
     return out
 
 
-def load_snapshot(run_dir: Path, method: str) -> tuple[list[dict], list[dict], str]:
-    """(train rows, eval rows, data hash) of the run directory, checked. Raises DataError."""
+def load_snapshot(run_dir: Path, method: str, steering: str = "steerlm") -> tuple[list[dict], list[dict], str]:
+    """(train rows, eval rows, data hash) of the run directory, checked, rendered for `steering`
+    (`_clean`). Raises DataError; the hash is of the stored rows, whatever the rendering."""
     run_dir = Path(run_dir)
     train_path, eval_path = run_dir / TRAIN_FILE, run_dir / EVAL_FILE
     if not train_path.exists():
@@ -88,4 +101,9 @@ def load_snapshot(run_dir: Path, method: str) -> tuple[list[dict], list[dict], s
     check_rows(train, method, train_path.name)
     check_rows(evals, method, eval_path.name)
     data_hash = rows_sha256(train + evals)
-    return [_clean(r, method) for r in train], [_clean(r, method) for r in evals], data_hash
+    try:
+        return ([_clean(r, method, steering) for r in train], [_clean(r, method, steering) for r in evals],
+                data_hash)
+    except InvalidAttributes as exc:
+        raise DataError(f"{train_path.name}: a row's chat_template_kwargs.attributes is not a SteerLM string "
+                        f"({exc}). Rebuild the dataset.") from None

@@ -167,6 +167,7 @@ def launch_training(
     dataset_dir: str | Path | None = None,
     consent_default: bool = True,
     redactor: Redactor | None = None,
+    steering: str = "steerlm",
 ) -> TrainingRun:
     """Build the `method` training set from the store, snapshot it into `<runs_dir>/<run_id>/`,
     record the run (`training_runs` + a `jobs` row) and start its subprocess.
@@ -178,10 +179,12 @@ def launch_training(
     into the run directory instead of built again, so the run trains on the set it reported.
     `consent_default` and `redactor`: people's data rules of the build (`feedback.datasets.build`).
     The users whose conversations the set holds are recorded on the run (`run_users`).
+    `steering`: how the base model saw the attributes when it answered (`RunConfig.steering`).
     """
     runs_dir = Path(runs_dir).resolve()
     ensure_idle(store, runs_dir)
-    config = config_for(method, base_model=str(base_model), start_adapter=start_adapter, **(overrides or {}))
+    config = config_for(method, base_model=str(base_model), start_adapter=start_adapter, steering=steering,
+                        **(overrides or {}))
     run_id = new_run_id(method)
     run_dir = runs_dir / run_id
     _acquire_lock(runs_dir, run_id)

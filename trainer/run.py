@@ -243,7 +243,7 @@ def _peak_memory(device: str) -> dict[str, float]:
 
 def train(run_dir: Path, stop: _Stop) -> int:
     config = config_from_dict(read_json(run_dir / CONFIG))
-    train_rows, eval_rows, data_hash = load_snapshot(run_dir, config.method)
+    train_rows, eval_rows, data_hash = load_snapshot(run_dir, config.method, config.steering)
 
     # KTO samples sequentially (its KL term pairs neighbours in a batch), so an ordered snapshot
     # would give one-label batches; a seeded shuffle mixes them and is the same on every resume.

@@ -160,7 +160,8 @@ def train(
                                           start_adapter=adapter, parent_release_id=parent, trigger="cli",
                                           overrides=overrides,
                                           safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                          eval_fraction=eval_fraction, **training_data_rules(settings))
+                                          eval_fraction=eval_fraction, steering=settings.steering_mode,
+                                          **training_data_rules(settings))
                 entry.target = run.id
                 entry.details["status"] = run.status
         except (TrainingBusy, RunError, ConfigError, DatasetError, NotFound) as exc:

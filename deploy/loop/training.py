@@ -102,7 +102,7 @@ def start_training(
         store, method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
         parent_release_id=parent, trigger=trigger, overrides={**train_overrides(settings), **(overrides or {})},
         safety_filter=safety_filter, eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir,
-        **training_data_rules(settings),
+        steering=settings.steering_mode, **training_data_rules(settings),
     )
 
 
