@@ -16,7 +16,7 @@ test: setup
 	.venv/bin/advisor --data-dir .cache/test model build --model builtin
 	.venv/bin/advisor --data-dir .cache/test model build --model pretrained
 	.venv/bin/ruff check --output-format concise .
-	.venv/bin/python -m pytest -q --timeout=900 -m "not proof"
+	.venv/bin/python -m pytest -q --timeout=900 --durations=25 -m "not proof"
 
 # Long demonstrations (training runs of many minutes), not part of CI; the README quotes them.
 proofs: setup

@@ -54,7 +54,8 @@ class BackendSettings:
     adapter: str = ""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # How attributes reach the model: steerlm (attribute-conditioned model) or instruct (plain
-    # instructions in the system message, for general chat models). auto: steerlm for builtin.
+    # instructions after the last user message, for general chat models; chat.steering). auto:
+    # steerlm for builtin. Training renders its prompts the same way (trainer RunConfig.steering).
     steering: Literal["auto", "steerlm", "instruct"] = "auto"
     # OpenAI-compatible server.
     base_url: str = "http://127.0.0.1:8001/v1"
