@@ -8,7 +8,10 @@
 #      (`advisor release gate RUN`) and promote it in the running service (`advisor release
 #      promote ID --url`: published to the adapter directory, loaded into vLLM at run time);
 #   5. chat again and check the stored answer names the new release;
-#   6. throughput, vLLM vs the transformers backend on the same model and prompts (bench/serve.py).
+#   6. throughput, vLLM vs the transformers backend on the same model and prompts (bench/serve.py);
+#   7. the learning loop on the real pretrained model (bench/learning.py, as on the CPU in
+#      docs/learning.md, with more users and steps): simulated users who want short answers, a
+#      QLoRA KTO run, the held-out change in length and implicit-reward margin.
 #
 # Every step prints its elapsed time; the first failing step stops the script with its name
 # (exit 1). A command that does not exist in this checkout yet is a failure too, named as such:
@@ -23,7 +26,8 @@
 #
 # Environment: WORK (scratch dir, default mktemp), SKIP_INSTALL=1 (use existing .venv/.venv-vllm),
 # VLLM_PORT (8001), ADVISOR_PORT (7860), USERS/TURNS (simulated feedback, 24 x 4),
-# CONVERSATIONS (bench, 32), BENCH_TURNS (2), FORCE_PROMOTE=1 (promote even if the gate rejects,
+# CONVERSATIONS (bench, 32), BENCH_TURNS (2), LEARN_USERS/LEARN_TURNS/LEARN_STEPS (step 7: 32 x 8,
+# 200 steps), FORCE_PROMOTE=1 (promote even if the gate rejects,
 # saying so loudly, to exercise the serving path; default 1).
 set -Eeuo pipefail
 
@@ -190,6 +194,12 @@ step "throughput: vLLM vs transformers, same model and prompts (bench/serve.py)"
 stop_service  # the bench runs its own services; the GPU keeps only vLLM's memory
 "$PY" bench/serve.py --vllm-url "http://127.0.0.1:$VLLM_PORT" --served-model-name "$MODEL" --model-dir "$MODEL" \
     --conversations "$CONVERSATIONS" --turns "$BENCH_TURNS" --device cuda | tee "$WORK/bench.txt"
+
+step "the learning loop on the real model (bench/learning.py)"
+stop_pid "$VLLM_PID"; VLLM_PID=""  # the bench starts its own vLLM (with the pretrained model) and trains between
+"$ADVISOR" model build --model pretrained
+"$PY" bench/learning.py --model-dir "$ADVISOR_DATA_DIR/models/smollm2-135m-instruct" --users "${LEARN_USERS:-32}" \
+    --turns "${LEARN_TURNS:-8}" --train-steps "${LEARN_STEPS:-200}" --out "$WORK/learning.json" | tail -40
 
 step "done in $(( $(date +%s) - T0 ))s"
 echo "logs and figures in $WORK"

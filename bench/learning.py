@@ -1,0 +1,267 @@
+"""The learning loop on the real model (SmolLM2-135M-Instruct) on this CPU: simulated users who want
+short answers, one KTO cycle with LoRA, and what it changed on prompts none of them asked.
+
+    .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
+        [--users 16] [--turns 5] [--train-steps 30] [--out bench/results/learning-smollm2.json]
+
+Steps, each timed:
+1. vLLM's CPU build serves the model (runtime LoRA on); the advisor service runs on it (the
+   `openai` backend, `instruct` steering, as `advisor serve` does with `advisor serve-model`).
+2. The base model answers the 10 held-out questions (chat.builtin.check.HELD_OUT_QUESTIONS; no
+   simulated user asks them) greedily at each verbosity 0-4 (complexity 2). The users'
+   short/long threshold is the base model's mean length over those five positions, so "short"
+   means shorter than this model usually writes.
+3. Held-out pairs, drawn as the training pairs are made: the base model samples two answers per
+   question and slider position (the service's sampling settings), and the users' own rule
+   (`Preference.score`) picks the one they keep; equal lengths are left out.
+4. Simulated users (real people's phrasing, deploy/loop/real_reactions.jsonl) chat through the
+   service's REST API, move the verbosity slider at random, and react; the service's extraction
+   job mines their reactions.
+5. vLLM is stopped (two cores: training gets both), the KTO set is built with the moderator as
+   the safety filter and a LoRA is trained on it (`launch_training`, steering "instruct", so
+   each prompt reads as the model saw it).
+6. vLLM again, the adapter loaded at run time: the candidate answers the held-out questions at
+   the same five positions; then the implicit reward β·(log π − log π_ref) of each held-out pair
+   (transformers, the adapter disabled for π_ref), under the prompt its answers were sampled for.
+
+Printed and written as JSON: the machine, every step's time, the training set, base → candidate
+mean words (per slider position too), the reward margin and share of pairs won with a 95 %
+bootstrap interval. A benchmark, not a test: about 75 minutes here (42 of them training); the figures are in
+docs/learning.md. Why vLLM for generation: the 200 held-out answers of up to 128 tokens take minutes batched
+there and over half an hour one at a time through transformers (bench/serve.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from _machine import cpu_model, emit  # noqa: E402
+
+VERBOSITIES = (0, 1, 2, 3, 4)
+MAX_NEW_TOKENS = 128
+
+
+def _messages(question: str, verbosity: int) -> list[dict]:
+    from chat.steering import render
+    from feedback.attributes import Attributes
+
+    return render([{"role": "user", "content": question}], Attributes(verbosity=verbosity), "instruct")[0]
+
+
+def _chat(url: str, model: str, messages: list[dict], **sampling) -> list[str]:
+    import httpx
+
+    body = {"model": model, "messages": messages, "max_tokens": MAX_NEW_TOKENS, **sampling}
+    r = httpx.post(f"{url}/chat/completions", json=body, timeout=600)
+    r.raise_for_status()
+    return [c["message"]["content"].strip() for c in r.json()["choices"]]
+
+
+def answers_by_verbosity(url: str, model: str) -> dict[int, list[str]]:
+    """Greedy answers to the held-out questions at each slider position, 16 requests at a time."""
+    from chat.builtin.check import HELD_OUT_QUESTIONS
+
+    jobs = [(v, q) for v in VERBOSITIES for q in HELD_OUT_QUESTIONS]
+    with ThreadPoolExecutor(16) as pool:
+        out = list(pool.map(lambda job: _chat(url, model, _messages(job[1], job[0]), temperature=0)[0], jobs))
+    by_v: dict[int, list[str]] = {v: [] for v in VERBOSITIES}
+    for (v, _), answer in zip(jobs, out):
+        by_v[v].append(answer)
+    return by_v
+
+
+def sampled_pairs(url: str, model: str) -> list[dict]:
+    """Two sampled answers per held-out question and slider position, with the service's sampling."""
+    from chat.backends import SamplingParams
+    from chat.builtin.check import HELD_OUT_QUESTIONS
+
+    params = SamplingParams()
+    jobs = [(v, i, q) for v in VERBOSITIES for i, q in enumerate(HELD_OUT_QUESTIONS)]
+
+    def two(job):
+        v, i, q = job
+        return _chat(url, model, _messages(q, v), n=2, temperature=params.temperature, top_p=params.top_p,
+                     seed=1000 * v + i)
+
+    with ThreadPoolExecutor(16) as pool:
+        out = list(pool.map(two, jobs))
+    return [{"question": q, "verbosity": v, "answers": tuple(a)} for (v, _, q), a in zip(jobs, out)]
+
+
+def mean_words(by_v: dict[int, list[str]]) -> dict[int, float]:
+    return {v: statistics.mean(len(a.split()) for a in answers) for v, answers in by_v.items()}
+
+
+def held_out_pairs(samples: list[dict], prefer: str, length_words: int) -> list[dict]:
+    from deploy.loop.simulate import Preference
+
+    judge = Preference(prefer, length_words=length_words)
+    pairs = []
+    for s in samples:
+        a, b = s["answers"]
+        if judge.score(a) != judge.score(b):
+            chosen, rejected = (a, b) if judge.score(a) > judge.score(b) else (b, a)
+            pairs.append({**s, "chosen": chosen, "rejected": rejected})
+    return pairs
+
+
+def reward_margins(model_dir: Path, adapter_dir: Path, pairs: list[dict]) -> list[float]:
+    """β·(log π − log π_ref) of chosen minus rejected, each pair under its own rendered prompt."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaluator.scoring import ImplicitRewardScorer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    policy = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
+    scorer = ImplicitRewardScorer(policy, tok, beta=0.1)
+    prompts = [_messages(p["question"], p["verbosity"]) for p in pairs]
+    chosen = scorer.score(prompts, [p["chosen"] for p in pairs])
+    rejected = scorer.score(prompts, [p["rejected"] for p in pairs])
+    return [c - r for c, r in zip(chosen, rejected)]
+
+
+def bootstrap(values: list[float], stat, n: int = 2000, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    draws = sorted(stat([rng.choice(values) for _ in values]) for _ in range(n))
+    return [round(draws[int(0.025 * n)], 3), round(draws[int(0.975 * n) - 1], 3)]
+
+
+def simulate_users(args, url: str, served: str, data: Path, length_words: int) -> dict:
+    """Start the service on vLLM, let the users chat and the service mine their reactions."""
+    from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
+
+    from deploy.loop.simulate import Preference, SimulationConfig, simulate
+
+    settings = tiny_settings(data, Path(args.model_dir), **{
+        "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
+        "backend.max_new_tokens": MAX_NEW_TOKENS, "backend.timeout_s": 600, "canary.enabled": False})
+    service = start_service(settings)
+    try:
+        summary = simulate(SimulationConfig(
+            url=service.url, users=args.users, turns=args.turns, seed=7, admin_token=ADMIN_TOKEN, extract=True,
+            preference=Preference(args.prefer, length_words=length_words), verbosities=VERBOSITIES,
+            concurrency=8, timeout_s=900, extract_timeout_s=900))
+    finally:
+        service.stop()
+    return {"settings": settings, "summary": summary.as_dict()}
+
+
+def train_kto(args, settings, data: Path):
+    """The KTO set (moderator as safety filter) and a LoRA run on it, as `advisor train` does."""
+    from conftest import test_cache_dir
+
+    from deploy.loop.safety import make_safety_filter
+    from deploy.release.scorers import moderator_dir
+    from feedback.datasets import read_card
+    from feedback.store import Store
+    from trainer.launch import launch_training, poll_training
+    from trainer.process import wait_for
+
+    cached = test_cache_dir() / "moderator"  # the tests' trained moderator; else it is trained on first use
+    if cached.is_dir():
+        shutil.copytree(cached, moderator_dir(settings.data_dir), dirs_exist_ok=True)
+    overrides = {"max_steps": args.train_steps, "learning_rate": args.lr, "lora_alpha": args.lora_alpha,
+                 "batch_size": args.batch_size, "save_steps": 1000}
+    with Store(settings.db_path) as store:
+        run = launch_training(store, method="kto", runs_dir=data / "runs", base_model=str(args.model_dir),
+                              overrides=overrides, safety_filter=make_safety_filter(settings, True),
+                              eval_fraction=0.0, trigger="bench", steering="instruct")
+        if run.status != "running":
+            raise SystemExit(f"training did not start: {run.error}")
+        wait_for(run.run_dir, timeout=4 * 3600)
+        status = poll_training(store, run.id)
+    if status.run.status != "succeeded":
+        raise SystemExit(f"training {status.run.status}: {status.run.error}")
+    card = read_card(status.run.run_dir)
+    return status, {"rows": card.n_train, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
+                    "counts_by_source": card.counts_by_source, "steps": args.train_steps,
+                    "final_loss": status.state.loss, "overrides": overrides}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, default=REPO / ".cache/test/models/smollm2-135m-instruct")
+    ap.add_argument("--prefer", choices=["short", "long"], default="short")
+    ap.add_argument("--users", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--train-steps", type=int, default=30)
+    ap.add_argument("--batch-size", type=int, default=8)
+    # A pretrained model: a gentler rate than the built-in model's 1e-3 (docs/learning.md), alpha = r.
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lora-alpha", type=int, default=64)
+    ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    run(args)
+
+
+def run(args) -> None:
+    from serve import vllm_endpoint
+
+    from deploy.serving.vllm import load_adapter
+
+    args.model_dir = args.model_dir.resolve()
+    data = Path(tempfile.mkdtemp(prefix="advisor-learning-"))
+    report: dict = {"machine": cpu_model(), "model": str(args.model_dir), "prefer": args.prefer,
+                    "users": args.users, "turns": args.turns, "timings_s": {}}
+    t = report["timings_s"]
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        t[name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+        print(f"[{name}: {t[name]} s]", flush=True)
+
+    vllm = SimpleNamespace(vllm_url="", served_model_name="advisor", vllm_python=args.vllm_python)
+    with vllm_endpoint(vllm, args.model_dir) as (url, served):
+        lap("vllm_start")
+        base = answers_by_verbosity(url, served)
+        base_words = mean_words(base)
+        length_words = round(statistics.mean(base_words.values()))
+        lap("base_answers")
+        samples = sampled_pairs(url, served)
+        lap("held_out_samples")
+        sim = simulate_users(args, url, served, data, length_words)
+        lap("simulate")
+    status, training = train_kto(args, sim["settings"], data)
+    lap("train_kto")
+    with vllm_endpoint(vllm, args.model_dir) as (url, served):
+        load_adapter(url.removesuffix("/v1"), "candidate", status.state.adapter_dir)
+        cand_words = mean_words(answers_by_verbosity(url, "candidate"))
+        lap("candidate_answers")
+    pairs = held_out_pairs(samples, args.prefer, length_words)
+    margins = reward_margins(args.model_dir, Path(status.state.adapter_dir), pairs)
+    lap("reward_margins")
+    base_mean, cand_mean = statistics.mean(base_words.values()), statistics.mean(cand_words.values())
+    report.update({
+        "length_words": length_words, "simulation": sim["summary"], "training": training,
+        "base_mean_words": round(base_mean, 1), "candidate_mean_words": round(cand_mean, 1),
+        "relative_change": round((cand_mean - base_mean) / base_mean, 3),
+        "base_words_by_verbosity": {v: round(w, 1) for v, w in base_words.items()},
+        "candidate_words_by_verbosity": {v: round(w, 1) for v, w in cand_words.items()},
+        "pairs": len(margins), "reward_margin": round(statistics.mean(margins), 3),
+        "reward_margin_ci95": bootstrap(margins, statistics.mean),
+        "pairs_won": round(sum(m > 0 for m in margins) / len(margins), 3),
+        "pairs_won_ci95": bootstrap([float(m > 0) for m in margins], statistics.mean)})
+    emit(report, args.out)
+
+
+if __name__ == "__main__":
+    main()
