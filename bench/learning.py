@@ -34,7 +34,6 @@ there and over half an hour one at a time through transformers (bench/serve.py).
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
 import statistics
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from _machine import cpu_model, emit  # noqa: E402
+from hh_models import interval  # noqa: E402
 
 VERBOSITIES = (0, 1, 2, 3, 4)
 MAX_NEW_TOKENS = 128
@@ -110,13 +110,8 @@ def held_out_pairs(samples: list[dict], prefer: str, length_words: int) -> list[
     from deploy.loop.simulate import Preference
 
     judge = Preference(prefer, length_words=length_words)
-    pairs = []
-    for s in samples:
-        a, b = s["answers"]
-        if judge.score(a) != judge.score(b):
-            chosen, rejected = (a, b) if judge.score(a) > judge.score(b) else (b, a)
-            pairs.append({**s, "chosen": chosen, "rejected": rejected})
-    return pairs
+    picks = [(s, judge.pick(*s["answers"])) for s in samples]
+    return [{**s, "chosen": pick[0], "rejected": pick[1]} for s, pick in picks if pick]
 
 
 def reward_margins(model_dir: Path, adapter_dir: Path, pairs: list[dict]) -> list[float]:
@@ -134,12 +129,6 @@ def reward_margins(model_dir: Path, adapter_dir: Path, pairs: list[dict]) -> lis
     chosen = scorer.score(prompts, [p["chosen"] for p in pairs])
     rejected = scorer.score(prompts, [p["rejected"] for p in pairs])
     return [c - r for c, r in zip(chosen, rejected)]
-
-
-def bootstrap(values: list[float], stat, n: int = 2000, seed: int = 0) -> list[float]:
-    rng = random.Random(seed)
-    draws = sorted(stat([rng.choice(values) for _ in values]) for _ in range(n))
-    return [round(draws[int(0.025 * n)], 3), round(draws[int(0.975 * n) - 1], 3)]
 
 
 def simulate_users(args, url: str, served: str, data: Path, length_words: int) -> dict:
@@ -257,9 +246,9 @@ def run(args) -> None:
         "base_words_by_verbosity": {v: round(w, 1) for v, w in base_words.items()},
         "candidate_words_by_verbosity": {v: round(w, 1) for v, w in cand_words.items()},
         "pairs": len(margins), "reward_margin": round(statistics.mean(margins), 3),
-        "reward_margin_ci95": bootstrap(margins, statistics.mean),
+        "reward_margin_ci95": interval(margins),
         "pairs_won": round(sum(m > 0 for m in margins) / len(margins), 3),
-        "pairs_won_ci95": bootstrap([float(m > 0) for m in margins], statistics.mean)})
+        "pairs_won_ci95": interval([float(m > 0) for m in margins])})
     emit(report, args.out)
 
 

@@ -38,9 +38,7 @@ Pure functions on message dicts; no model or backend code here.
 
 from __future__ import annotations
 
-from feedback.attributes import LEVEL_WORDS, Attributes, with_instructions
-
-STEERING_MODES = ("steerlm", "instruct")
+from feedback.attributes import LEVEL_WORDS, STEERING_MODES, Attributes, with_instructions
 
 
 def check_mode(mode: str) -> str:

@@ -133,14 +133,8 @@ def held_out_pairs(samples: list[dict], prefer: str) -> list[dict]:
     from deploy.loop.simulate import Preference
 
     judge = Preference(prefer, length_words=LENGTH_WORDS)
-    pairs = []
-    for s in samples:
-        a, b = s["answers"]
-        if judge.score(a) == judge.score(b):
-            continue
-        chosen, rejected = (a, b) if judge.score(a) > judge.score(b) else (b, a)
-        pairs.append({**s, "chosen": chosen, "rejected": rejected})
-    return pairs
+    picks = [(s, judge.pick(*s["answers"])) for s in samples]
+    return [{**s, "chosen": pick[0], "rejected": pick[1]} for s, pick in picks if pick]
 
 
 def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:

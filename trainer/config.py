@@ -31,6 +31,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from feedback.attributes import STEERING_MODES
+
 METHODS = ("sft", "kto", "dpo")
 
 CPU_MAX_BATCH = 8
@@ -86,7 +88,7 @@ class RunConfig:
             raise ConfigError(f"{self.method} config: lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"{self.method} config: device must be auto, cpu or cuda, got {self.device!r}")
-        if self.steering not in ("steerlm", "instruct"):
+        if self.steering not in STEERING_MODES:
             raise ConfigError(f"{self.method} config: steering must be steerlm or instruct, got {self.steering!r}")
         if self.quantize not in ("auto", "4bit", "none"):
             raise ConfigError(f"{self.method} config: quantize must be auto, 4bit or none, got {self.quantize!r}")

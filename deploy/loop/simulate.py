@@ -121,6 +121,12 @@ class Preference:
             return word_count(answer)
         return step_count(answer) + word_count(answer) / 1000  # ties go to the fuller answer
 
+    def pick(self, a: str, b: str) -> tuple[str, str] | None:
+        """(kept, left) of two answers to the same prompt, as these users decide; None on a tie."""
+        if self.score(a) == self.score(b):
+            return None
+        return (a, b) if self.score(a) > self.score(b) else (b, a)
+
 
 LIKE_REASONS = {"short": ("clear",), "long": ("practical",), "steps": ("practical", "clear")}
 DISLIKE_REASONS = {"short": ("too long",), "long": ("too vague",), "steps": ("too vague",)}
