@@ -23,7 +23,10 @@ def record() -> dict:
 def test_shipped_model_is_small_and_records_how_it_was_chosen(record):
     assert MODEL_PATH.stat().st_size < 3 * 2**20
     assert record["classes"] == ["none", *CATEGORY_IDS]
-    assert record["trained_on"]["split"] == "dev" and record["trained_on"]["gold"] == "hh_gold.jsonl"
+    trained_on = record["trained_on"]
+    assert trained_on["gold"] == "hh_gold.jsonl" and "test" not in trained_on
+    assert trained_on["dev"]["conversations"] == len(load_gold(REAL_GOLD, split="dev"))
+    assert trained_on["train"]["conversations"] == len(load_gold(REAL_GOLD, split="train"))
     assert "cross-validation" in record["selection"] or "CV" in record["selection"]
     cv = record["dev_cv"]
     for metric in TARGETS:

@@ -32,9 +32,8 @@ def found(user: str, *, answer: str = ANSWER, previous: str | None = PREVIOUS, e
 # clarifications of real logs, where a re-ask often shares no word with the request it repeats.
 # Listed, not hidden: the rules' reading of them is still checked, and a retrained model that
 # fixes them shows up as XPASS.
-CLASSIFIER_MISSES = {
-    "Can you explain how caffeine affects sleep?": "read as a clarification (p 0.68, none 0.25)",
-    "How should I thank my sister for covering for me?": "read as a re-ask (p 0.69, none 0.28)",
+CLASSIFIER_MISSES = {  # (the model trained on train + dev no longer misreads "Can you explain how caffeine ...")
+    "How should I thank my sister for covering for me?": "read as a re-ask (p 0.53, none 0.42)",
 }
 HAND_CASES = [
     ("Thanks, that's really helpful!", [("positive", "Thanks, that's really helpful!")]),
@@ -74,11 +73,19 @@ def test_classifier_on_hand_cases(user, expected):
     assert found(user) == expected
 
 
-@pytest.mark.parametrize("rules_only", [True, False])
+ASKED = ANSWER + " Have you tried any of this before?"
+
+
+@pytest.mark.parametrize("rules_only", [True, pytest.param(False, marks=pytest.mark.xfail(
+    strict=False, reason="the classifier trained on train + dev reads 'No, not yet.' after the answer's question "
+                         "as an objection (p 0.41 complaint, 0.24 none); the one trained on dev alone did not"))])
 def test_no_answering_the_assistants_question_is_not_an_objection(rules_only):
-    asked = ANSWER + " Have you tried any of this before?"
-    assert found("No, not yet. Is melatonin okay?", answer=asked, rules_only=rules_only) == []
-    assert found("No, that's not what I asked.", answer=asked, rules_only=rules_only) == [
+    assert found("No, not yet. Is melatonin okay?", answer=ASKED, rules_only=rules_only) == []
+
+
+@pytest.mark.parametrize("rules_only", [True, False])
+def test_no_that_rejects_the_answer_is_an_objection_even_after_its_question(rules_only):
+    assert found("No, that's not what I asked.", answer=ASKED, rules_only=rules_only) == [
         ("aware_without_correction", "No, that's not what I asked.")]
 
 

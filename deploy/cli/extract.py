@@ -48,6 +48,7 @@ class ExtractorKind(str, Enum):
 
 
 class Split(str, Enum):
+    train = "train"
     dev = "dev"
     test = "test"
     all = "all"

@@ -2,7 +2,7 @@
 
 Gold format (JSON lines), one conversation a line:
     {"id": str, "messages": [{"role": "user"|"assistant", "content": str}],
-     "feedback": [{"message": int, "category": str, "span": str}], "split": "dev"|"test" (optional)}
+     "feedback": [{"message": int, "category": str, "span": str}], "split": "train"|"dev"|"test" (optional)}
 `message` is the 0-based index of a user message that is not the conversation's first user
 message, and `span` a substring of it. Optional `"annotated_messages": [int]` says that only those
 user messages were annotated (a review export: the others were never looked at); windows and

@@ -1,11 +1,17 @@
 """Draw the conversations of the real gold set from the HH-RLHF test splits (rows 1000 and above only).
 
     python tools/annotation/sample.py [--data ../shared/data/hh-rlhf] [--out DIR]
+    python tools/annotation/sample.py --extra 240 --seed 1402 --out DIR   # more, all dev (see below)
 
 Writes five batches of 66 conversations (at least three user turns, the part the chosen and rejected
 transcripts share, which ends with the last human turn) and the 60-conversation blind batch (the
 first 12 of each batch) that a second annotator labels for the agreement figures. Seeded: it draws
 the same 330 conversations every time.
+
+`--extra N --seed S` draws N more in six batches, in the same subset proportions, none of them
+already in the gold file; they are training data for the fast extractor, so all of them go to the
+dev split and the test split stays the one scored before. Two rounds were drawn, each after the
+previous one was merged into the gold file: `--extra 240 --seed 1402`, then `--extra 240 --seed 1403`.
 """
 import argparse
 import gzip
@@ -39,17 +45,44 @@ def candidates(path):
             yield i, msgs
 
 
+def draw(data, quotas, seed, exclude=frozenset()):
+    rng, convs = random.Random(seed), []
+    for subset, quota in quotas.items():
+        pool = [(row, msgs) for row, msgs in candidates(Path(data) / subset / "test.jsonl.gz")
+                if f"hh/{subset}/{row}" not in exclude]
+        for row, msgs in rng.sample(pool, quota):
+            convs.append({"id": f"hh/{subset}/{row}",
+                          "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": row}, "messages": msgs})
+    rng.shuffle(convs)
+    return convs
+
+
+def extra(args):
+    gold = ROOT / "feedback" / "data" / "hh_gold.jsonl"
+    used = {json.loads(line)["id"] for line in open(gold)}
+    total = sum(QUOTA.values())
+    quotas = {s: round(q * args.extra / total) for s, q in QUOTA.items()}
+    quotas["harmless-base"] += args.extra - sum(quotas.values())
+    convs = draw(args.data, quotas, args.seed, used)
+    out = Path(args.out) / "batches"
+    out.mkdir(parents=True, exist_ok=True)
+    size = -(-len(convs) // 6)
+    for b in range(6):
+        with open(out / f"extra_{args.seed}_{b + 1}.jsonl", "w") as f:
+            f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in convs[b * size:(b + 1) * size])
+    print(f"{len(convs)} more conversations in {out} ({quotas})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "hh-rlhf"))
     ap.add_argument("--out", default="annotation")
+    ap.add_argument("--extra", type=int, default=0, help="draw this many more conversations (all dev)")
+    ap.add_argument("--seed", type=int, default=1402, help="the seed of an --extra draw")
     args = ap.parse_args()
-    rng, convs = random.Random(14), []
-    for subset, quota in QUOTA.items():
-        for row, msgs in rng.sample(list(candidates(Path(args.data) / subset / "test.jsonl.gz")), quota):
-            convs.append({"id": f"hh/{subset}/{row}",
-                          "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": row}, "messages": msgs})
-    rng.shuffle(convs)
+    if args.extra:
+        return extra(args)
+    convs = draw(args.data, QUOTA, 14)
     out = Path(args.out)
     (out / "batches").mkdir(parents=True, exist_ok=True)
     for b in range(5):

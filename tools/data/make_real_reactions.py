@@ -2,7 +2,7 @@
 
 Every line is a feedback span annotated in the **test** split of the real gold set
 (`feedback/data/hh_gold.jsonl`, HH-RLHF rows >= 1000): the fast extractor's classifier was trained
-and its bias chosen on the dev split only, so the simulator does not speak in words the extractor
+on the train and dev splits and its settings chosen on dev only, so the simulator does not speak in words the extractor
 was fitted to. The spans below were chosen by reading all 178 test spans for the ones that are
 *portable*: they name nothing particular to their own conversation (no dish, person or place), so
 they read naturally after any advice. Most real feedback is not portable (corrections almost
@@ -56,14 +56,14 @@ CHOSEN = [
 
 def main() -> int:
     spans: dict[str, tuple[str, str]] = {}
-    dev_texts: set[str] = set()
+    fitted_texts: set[str] = set()  # spans of the splits the classifier was fitted on
     for line in GOLD.read_text().splitlines():
         conv = json.loads(line)
         for fb in conv["feedback"]:
             if conv["split"] == "test":
                 spans.setdefault(fb["span"], (fb["category"], conv["id"]))
             else:
-                dev_texts.add(fb["span"].strip().lower())
+                fitted_texts.add(fb["span"].strip().lower())
     rows = []
     for kind, text, prefer in CHOSEN:
         if text not in spans:
@@ -71,7 +71,7 @@ def main() -> int:
             return 1
         category, source = spans[text]
         rows.append({"kind": kind, "text": text, "category": category, "source": source, "prefer": prefer,
-                     "also_in_dev": text.strip().lower() in dev_texts})
+                     "also_in_training": text.strip().lower() in fitted_texts})
     OUT.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"wrote {len(rows)} reactions to {OUT.relative_to(REPO)}")
     return 0
