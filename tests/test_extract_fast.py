@@ -32,9 +32,10 @@ def found(user: str, *, answer: str = ANSWER, previous: str | None = PREVIOUS, e
 # clarifications of real logs, where a re-ask often shares no word with the request it repeats.
 # Listed, not hidden: the rules' reading of them is still checked, and a retrained model that
 # fixes them shows up as XPASS.
-CLASSIFIER_MISSES = {  # (the model trained on train + dev no longer misreads "Can you explain how caffeine ...")
-    "How should I thank my sister for covering for me?": "read as a re-ask (p 0.53, none 0.42)",
-}
+# The model trained on dev alone misread two ("Can you explain how caffeine affects sleep?" as a
+# clarification, "How should I thank my sister for covering for me?" as a re-ask); the one trained on
+# train + dev reads every hand case right.
+CLASSIFIER_MISSES: dict[str, str] = {}
 HAND_CASES = [
     ("Thanks, that's really helpful!", [("positive", "Thanks, that's really helpful!")]),
     ("Perfect, that makes sense. Does exercise in the evening make it worse?",
@@ -76,9 +77,7 @@ def test_classifier_on_hand_cases(user, expected):
 ASKED = ANSWER + " Have you tried any of this before?"
 
 
-@pytest.mark.parametrize("rules_only", [True, pytest.param(False, marks=pytest.mark.xfail(
-    strict=False, reason="the classifier trained on train + dev reads 'No, not yet.' after the answer's question "
-                         "as an objection (p 0.41 complaint, 0.24 none); the one trained on dev alone did not"))])
+@pytest.mark.parametrize("rules_only", [True, False])
 def test_no_answering_the_assistants_question_is_not_an_objection(rules_only):
     assert found("No, not yet. Is melatonin okay?", answer=ASKED, rules_only=rules_only) == []
 

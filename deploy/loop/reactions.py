@@ -41,7 +41,7 @@ CORRECTIONS = {
     ),
     "steps": (
         "That's too vague. Give me concrete numbered steps I can follow tomorrow morning before work.",
-        "That's too vague. I need a list of steps, not general advice, so I can tick them off one by one this week.",
+        "That's too vague. I need a list of steps I can tick off one by one this week.",
     ),
 }
 CLARIFICATIONS = ("What do you mean by that?", "Can you explain that?", "I don't understand the last part.")

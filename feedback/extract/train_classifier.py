@@ -1,7 +1,7 @@
 """Train the fast extractor's sentence classifier on the train and dev splits of the real gold set,
 choose its settings by cross-validation on dev alone, and write it to `feedback/data/fast_classifier.json`.
 
-    python -m feedback.extract.train_classifier              # CV on dev, fit on all dev, write the model
+    python -m feedback.extract.train_classifier              # CV on dev, fit on train + dev, write the model
     python -m feedback.extract.train_classifier --report-test  # also score the written model on test, once
 
 Design choices:
@@ -13,7 +13,7 @@ Design choices:
   of `fast_thresholds.json` play no part in them.
 - Model: multinomial logistic regression (scikit-learn, lbfgs, balanced class weights), word
   features scaled down against the rest (a lower effective C for the many sparse n-grams).
-  Training data: the real gold set's `train` split (480 conversations annotated once, never
+  Training data: the real gold set's `train` split (720 conversations annotated once, never
   adjudicated: more examples, noisier labels), with a weight, and its `dev` split (adjudicated
   after the double annotation, annotated as the test split was); the templated gold set's dev
   split (`dev_gold.jsonl`, typical feedback phrasing) with a small weight; its test split is
@@ -25,7 +25,7 @@ Design choices:
   adjudicated like the test split's. The objective is the issue's targets (span P 0.60,
   R 0.65, category P and R 0.45): maximise the worst ratio of a figure to its target, so no
   figure is bought with another (span F1 alone picks P 0.48 / R 0.78); ties go to span F1. Only the
-  dev split is read; `--report-test` scores the final model on the test split and records the
+  train and dev splits are read; `--report-test` scores the final model on the test split and records the
   figures, and is meant to be run once, after every choice is made.
 - Deterministic: fixed fold seeds, lbfgs, sorted feature names, weights rounded to 5 decimals; two
   runs write the same file.

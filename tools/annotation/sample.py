@@ -1,7 +1,7 @@
 """Draw the conversations of the real gold set from the HH-RLHF test splits (rows 1000 and above only).
 
     python tools/annotation/sample.py [--data ../shared/data/hh-rlhf] [--out DIR]
-    python tools/annotation/sample.py --extra 240 --seed 1402 --out DIR   # more, all dev (see below)
+    python tools/annotation/sample.py --extra 240 --seed 1402 --out DIR   # more, the train split (below)
 
 Writes five batches of 66 conversations (at least three user turns, the part the chosen and rejected
 transcripts share, which ends with the last human turn) and the 60-conversation blind batch (the
@@ -9,9 +9,10 @@ first 12 of each batch) that a second annotator labels for the agreement figures
 the same 330 conversations every time.
 
 `--extra N --seed S` draws N more in six batches, in the same subset proportions, none of them
-already in the gold file; they are training data for the fast extractor, so all of them go to the
-dev split and the test split stays the one scored before. Two rounds were drawn, each after the
-previous one was merged into the gold file: `--extra 240 --seed 1402`, then `--extra 240 --seed 1403`.
+already in the gold file. They are annotated once and form the `train` split: training data for
+the fast extractor, never used to choose its settings or to report a figure, so dev and test stay
+the adjudicated conversations they were. Three rounds were drawn, each after the
+previous one was merged into the gold file: `--extra 240` with `--seed 1402`, 1403, then 1404.
 """
 import argparse
 import gzip
@@ -77,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "hh-rlhf"))
     ap.add_argument("--out", default="annotation")
-    ap.add_argument("--extra", type=int, default=0, help="draw this many more conversations (all dev)")
+    ap.add_argument("--extra", type=int, default=0, help="draw this many more conversations (train split)")
     ap.add_argument("--seed", type=int, default=1402, help="the seed of an --extra draw")
     args = ap.parse_args()
     if args.extra:
