@@ -27,15 +27,10 @@ def found(user: str, *, answer: str = ANSWER, previous: str | None = PREVIOUS, e
     return [(s.category, s.text) for s in ex.extract([Window("k", user, answer, previous)]).spans[0]]
 
 
-# Hand cases the sentence classifier (trained on real chats) gets wrong although the rules get them
-# right: after a full answer, a question on a new point reads to it like the re-asks and
-# clarifications of real logs, where a re-ask often shares no word with the request it repeats.
-# Listed, not hidden: the rules' reading of them is still checked, and a retrained model that
-# fixes them shows up as XPASS.
-# The model trained on dev alone misread two ("Can you explain how caffeine affects sleep?" as a
-# clarification, "How should I thank my sister for covering for me?" as a re-ask); the one trained on
-# train + dev reads every hand case right.
-CLASSIFIER_MISSES: dict[str, str] = {}
+# Both readers are checked on every hand case. The classifier trained on dev alone misread two of
+# them ("Can you explain how caffeine affects sleep?" as a clarification, "How should I thank my
+# sister for covering for me?" as a re-ask) and carried them as xfails; the one trained on
+# train + dev reads them all right.
 HAND_CASES = [
     ("Thanks, that's really helpful!", [("positive", "Thanks, that's really helpful!")]),
     ("Perfect, that makes sense. Does exercise in the evening make it worse?",
@@ -67,9 +62,7 @@ def test_cues_on_hand_cases(user, expected):
     assert found(user, rules_only=True) == expected
 
 
-@pytest.mark.parametrize("user, expected", [
-    pytest.param(u, e, marks=pytest.mark.xfail(reason=CLASSIFIER_MISSES[u], strict=False)) if u in CLASSIFIER_MISSES
-    else (u, e) for u, e in HAND_CASES])
+@pytest.mark.parametrize("user, expected", HAND_CASES)
 def test_classifier_on_hand_cases(user, expected):
     assert found(user) == expected
 

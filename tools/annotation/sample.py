@@ -23,10 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from evaluator.hh_data import _ROLE, _TURN  # noqa: E402
+from evaluator.hh_data import _ROLE, _TURN, RESERVED_BELOW  # noqa: E402
 
 QUOTA = {"harmless-base": 105, "helpful-base": 102, "helpful-online": 12, "helpful-rejection-sampled": 111}
-RESERVED_ROWS = 1000  # rows below this index are reserved for an evaluation the project does not see
 
 
 def parse(text):
@@ -36,7 +35,7 @@ def parse(text):
 
 def candidates(path):
     for i, line in enumerate(gzip.open(path, "rt")):
-        if i < RESERVED_ROWS:
+        if i < RESERVED_BELOW:  # reserved for an evaluation the project does not see
             continue
         chosen = json.loads(line)["chosen"]
         msgs = parse(chosen[:chosen.rfind("\n\nAssistant:")])
