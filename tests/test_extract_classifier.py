@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from feedback.extract import FastConfig, FastExtractor, Window, evaluate, load_gold, predict, windows_of
-from feedback.extract.classifier import MODEL_PATH, SentenceClassifier
+from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, softmax
 from feedback.extract.features import TurnContext, features, sentence_features
-from feedback.extract.train_classifier import REAL_GOLD, TARGETS, examples, fit
+from feedback.extract.train_classifier import REAL_GOLD, TARGETS, _labels, decode, examples, fit
 from feedback.taxonomy import CATEGORY_IDS
 
 
@@ -33,6 +33,7 @@ def test_shipped_model_is_small_and_records_how_it_was_chosen(record):
         assert cv[metric]["low"] <= cv[metric]["value"] <= cv[metric]["high"]
     assert set(cv["per_category"]) == set(CATEGORY_IDS)
     assert record["settings"]["none_bias"] == record["none_bias"]
+    assert record["settings"]["grow"] == record["grow"]
 
 
 def test_test_split_figures_are_recorded_once_and_still_true(record):
@@ -77,3 +78,31 @@ def test_training_is_deterministic():
     a = fit(train, [1.0] * len(train), C=1.0, word_scale=1.0).to_json()
     b = fit(train, [1.0] * len(train), C=1.0, word_scale=1.0).to_json()
     assert a == b
+
+
+def test_spans_grow_into_likely_neighbours_unless_a_rule_forbids():
+    classes = ("none", "positive", "ask_clarification")
+    p = np.array([[0.9, 0.05, 0.05], [0.2, 0.7, 0.1], [0.6, 0.3, 0.1], [0.5, 0.4, 0.1]])
+    labels = ["none", "positive", "none", "none"]
+    assert grow_spans(labels, p, classes, 0.0) == labels  # off
+    assert grow_spans(labels, p, classes, 0.25) == ["none", "positive", "positive", "positive"]  # twice
+    assert grow_spans(labels, p, classes, 0.35) == labels
+    assert grow_spans(labels, p, classes, 0.25, allowed=lambda k, label: k != 2) == labels  # a veto stops it
+
+
+def _spans(predictions) -> dict:
+    return {k: sorted((p.message, p.category, p.span.strip()) for p in v) for k, v in predictions.items() if v}
+
+
+def test_extractor_makes_the_spans_training_scored():
+    """Cross-validation scores `train_classifier.decode`; the extractor must cut the same spans,
+    with span growth on, or the figures chosen there would not be the extractor's."""
+    model = SentenceClassifier.load()
+    model.grow = 0.1
+    gold = load_gold(REAL_GOLD, split="dev")[:80]
+    predictions, _ = predict(FastExtractor(FastConfig.tuned(), model=model, use_embeddings=False), gold)
+    items = examples(gold, FastExtractor(FastConfig.tuned().rules_only(), use_embeddings=False))
+    scores = model.scores([e.features for e in items])
+    expected = decode(items, _labels(scores, model.none_bias, items), softmax(scores), model.grow)
+    assert _spans(predictions) == _spans(expected)
+    assert sum(map(len, _spans(expected).values())) > 40

@@ -5,7 +5,12 @@ Python/numpy, so inference needs neither scikit-learn nor pickles.
 Each sentence gets one of six labels (none or one of the five categories): the class with the
 highest score after `none_bias` is added to the none class's log-odds (the bias, chosen by
 cross-validation on dev, sets the precision/recall trade-off). Adjacent sentences with the same
-category make one span. `train_classifier.py` writes the file, with the figures it reached.
+category make one span. A span then takes in a neighbouring sentence left as none when the model
+gives that sentence the span's category with probability at least `grow` (`grow_spans`, chosen by
+cross-validation with the bias; 0 turns it off): annotators often mark feedback as two sentences
+("What study is this? Can you give me more details?"), and a span with only half of its gold
+span is both a false positive and a miss under the paper's metrics. This hysteresis is cheap (a
+softmax over six scores) and needs no second model. `train_classifier.py` writes the file, with the figures it reached.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "fast_classifier.
 
 class SentenceClassifier:
     def __init__(self, classes: Sequence[str], weights: dict[str, Sequence[float]], intercept: Sequence[float],
-                 none_bias: float = 0.0, meta: dict | None = None):
+                 none_bias: float = 0.0, meta: dict | None = None, grow: float = 0.0):
         if classes[0] != NONE:
             raise ValueError("the first class must be 'none'")
         self.classes = tuple(classes)
@@ -32,13 +37,15 @@ class SentenceClassifier:
         self.matrix = np.asarray([weights[n] for n in names], dtype=np.float64).reshape(len(names), len(classes))
         self.intercept = np.asarray(intercept, dtype=np.float64)
         self.none_bias = float(none_bias)
+        self.grow = float(grow)
         self.meta = meta or {}
 
     @classmethod
     def load(cls, path: Path = MODEL_PATH) -> "SentenceClassifier":
         payload = json.loads(Path(path).read_text())
         return cls(payload["classes"], payload["weights"], payload["intercept"], payload.get("none_bias", 0.0),
-                   {k: v for k, v in payload.items() if k not in ("weights", "intercept", "classes")})
+                   {k: v for k, v in payload.items() if k not in ("weights", "intercept", "classes")},
+                   payload.get("grow", 0.0))
 
     def scores(self, sentences: Sequence[Sequence[tuple[str, float]]], *, intercept: bool = True) -> np.ndarray:
         """(n, classes) log-odds, up to a constant per row, before the none bias: one sparse
@@ -59,9 +66,7 @@ class SentenceClassifier:
         return out + self.intercept if intercept else out
 
     def probabilities(self, sentences: Sequence[Sequence[tuple[str, float]]]) -> np.ndarray:
-        z = self.scores(sentences)
-        z = np.exp(z - z.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
+        return softmax(self.scores(sentences))
 
     def decide(self, scores: np.ndarray) -> list[str]:
         """Each row's class: the highest score once `none_bias` is added to none's."""
@@ -73,7 +78,7 @@ class SentenceClassifier:
         return self.decide(self.scores(sentences)) if sentences else []
 
     def to_json(self) -> dict:
-        return {"classes": list(self.classes), "none_bias": self.none_bias,
+        return {"classes": list(self.classes), "none_bias": self.none_bias, "grow": self.grow,
                 "intercept": [round(float(x), 5) for x in self.intercept],
                 **self.meta,
                 "weights": {n: [round(float(x), 5) for x in self.matrix[k]] for n, k in self.index.items()}}
@@ -89,3 +94,33 @@ def runs(labels: Sequence[str]):
         if labels[k] != NONE:
             yield k, j, labels[k]
         k = j + 1
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Row-wise class probabilities from log-odds (before the none bias)."""
+    z = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def grow_spans(labels: Sequence[str], probabilities: np.ndarray, classes: Sequence[str], min_probability: float,
+               allowed=lambda k, label: True) -> list[str]:
+    """One turn's sentence labels after each span has taken in the neighbours (left as none) whose
+    probability of its category is at least `min_probability`, repeatedly, so a span can grow by
+    more than one sentence; `allowed(k, label)` is false where a hard rule forbids sentence k that
+    label (a veto). `min_probability` 0 leaves the labels as they are."""
+    out = list(labels)
+    if min_probability <= 0 or all(label == NONE for label in out):
+        return out
+    column = {c: k for k, c in enumerate(classes)}
+    changed = True
+    while changed:
+        changed = False
+        for k, label in enumerate(out):
+            if label == NONE:
+                continue
+            for j in (k - 1, k + 1):
+                if 0 <= j < len(out) and out[j] == NONE and probabilities[j][column[label]] >= min_probability \
+                        and allowed(j, label):
+                    out[j] = label
+                    changed = True
+    return out

@@ -8,8 +8,9 @@ How a window is read:
    classifier trained on real chats (`classifier.py`, weights in `feedback/data/fast_classifier.json`,
    rebuilt by `train_classifier.py`, which also records its dev cross-validation and test figures).
    Each sentence gets none or a category; a few settled cues veto or change a category outright
-   (`features.settle`), a re-ask needs a previous request, a correction next to a re-ask is one
-   correction, and adjacent sentences of the same category form one span.
+   (`features.settle`), a re-ask needs a previous request, a span takes in a neighbour the model
+   gives its category with enough probability (`classifier.grow_spans`), a correction next to a
+   re-ask is one correction, and adjacent sentences of the same category form one span.
 3. Text about feedback (an instruction to the extractor, a pasted verdict, a role-played system
    message; `hostile.py`) is never a span, in either mode.
 
@@ -54,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from feedback.extract import cues
-from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, runs
+from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, runs, softmax
 from feedback.extract.features import TurnContext, features, join_adjacent, sentence_features, settle
 from feedback.extract.hostile import meta_ranges, touches
 from feedback.extract.types import BatchResult, Span, Window, make_span
@@ -210,12 +211,16 @@ class FastExtractor:
         scores = self.model.scores(own) + self.model.scores(shared, intercept=False)[turn_of]
         labels = self.model.decide(scores)
         labels = [settle(label, f) if label != "none" else label for label, f in zip(labels, own)]
+        probabilities = softmax(scores) if self.model.grow > 0 else None
         for i, (window, (sents, offset)) in enumerate(zip(windows, per_window)):
             if not sents:
                 continue
             mine = labels[offset:offset + len(sents)]
             if not window.previous_user:  # nothing was asked before: nothing can be asked again
                 mine = ["none" if label == REPEAT_REPHRASE else label for label in mine]
+            if probabilities is not None:
+                mine = grow_spans(mine, probabilities[offset:offset + len(sents)], self.model.classes,
+                                  self.model.grow, lambda k, label, o=offset: settle(label, own[o + k]) == label)
             mine = join_adjacent(mine)
             spans = []
             for first, last, category in runs(mine):

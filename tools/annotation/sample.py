@@ -11,8 +11,8 @@ the same 330 conversations every time.
 `--extra N --seed S` draws N more in six batches, in the same subset proportions, none of them
 already in the gold file. They are annotated once and form the `train` split: training data for
 the fast extractor, never used to choose its settings or to report a figure, so dev and test stay
-the adjudicated conversations they were. Three rounds were drawn, each after the
-previous one was merged into the gold file: `--extra 240` with `--seed 1402`, 1403, then 1404.
+the adjudicated conversations they were. Four rounds were drawn, each after the
+previous one was merged into the gold file: `--extra 240` with `--seed 1402`, 1403, 1404, then 1405.
 """
 import argparse
 import gzip
