@@ -10,7 +10,8 @@ gives that sentence the span's category with probability at least `grow` (`grow_
 cross-validation with the bias; 0 turns it off): annotators often mark feedback as two sentences
 ("What study is this? Can you give me more details?"), and a span with only half of its gold
 span is both a false positive and a miss under the paper's metrics. This hysteresis is cheap (a
-softmax over six scores) and needs no second model. `train_classifier.py` writes the file, with the figures it reached.
+softmax over six scores) and needs no second model. `train_classifier.py` writes the file, with
+the figures it reached.
 """
 
 from __future__ import annotations

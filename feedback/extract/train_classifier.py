@@ -21,12 +21,13 @@ Design choices:
 - Selection: 5-fold cross-validation of the dev split grouped by conversation (every fold's model
   also sees all of the train split), repeated with 3 shuffles, pooled out-of-fold predictions
   scored with the paper's metrics (`metrics.evaluate`); the grid is C x word scale x templated
-  weight x train weight x none bias x span growth (`classifier.grow_spans`). Scores come from dev conversations only, whose labels were
-  adjudicated like the test split's. The objective is the issue's targets (span P 0.60,
-  R 0.65, category P and R 0.45): maximise the worst ratio of a figure to its target, so no
-  figure is bought with another (span F1 alone picks P 0.48 / R 0.78); ties go to span F1. Only the
-  train and dev splits are read; `--report-test` scores the final model on the test split and records the
-  figures, and is meant to be run once, after every choice is made.
+  weight x train weight x none bias x span growth (`classifier.grow_spans`). Scores come from dev
+  conversations only, whose labels were adjudicated like the test split's. The objective is the
+  issue's targets (span P 0.60, R 0.65, category P and R 0.45): maximise the worst ratio of a
+  figure to its target, so no figure is bought with another (span F1 alone picks P 0.48 / R 0.78);
+  ties go to span F1. Only the train and dev splits are read; `--report-test` scores the final
+  model on the test split and records the figures, and is meant to be run once, after every choice
+  is made.
 - Deterministic: fixed fold seeds, lbfgs, sorted feature names, weights rounded to 5 decimals; two
   runs write the same file.
 """
