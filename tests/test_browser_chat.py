@@ -422,7 +422,10 @@ def test_operator_screen_needs_admin_and_shows_the_loop(browser, live, output_di
         assert page.locator("#operator-counts").is_visible() and page.locator("#operator-reasons").is_visible()
         # The mined feedback sample: the span is marked, the user's HTML stays text.
         page.wait_for_selector("#operator-feedback-sample mark", timeout=WAIT_MS)
-        assert "Thanks" in page.inner_text("#operator-feedback-sample mark")
+        # Other tests' turns on this service may be mined too (a bare "again" reads as a re-ask),
+        # and events mined in one run have no fixed order: the thanks is one of the marks.
+        marks = page.locator("#operator-feedback-sample mark").all_inner_texts()
+        assert any("Thanks" in m for m in marks), marks
         assert page.locator("#operator-feedback-sample b").count() == 0
         assert "<b>worked</b>" in page.inner_text("#operator-feedback-sample")
         assert page.locator("#operator-prevalence").is_visible()
