@@ -206,6 +206,11 @@ def test_no_serious_accessibility_violations(sized, live):
     send(page, live, ctx, "Is it fine to skip a friend's birthday party?")
     for drawer in ("sidebar", "steering"):  # check what is inside the drawers too
         open_drawer(page, drawer)
+        # Check the settled page: colours caught mid-transition (a drawer sliding, a status fading
+        # in) are not what anyone reads, and made this check flaky. Endless animations (spinners)
+        # never settle, so they do not count.
+        page.wait_for_function("""() => document.getAnimations().every(
+            a => a.playState !== 'running' || a.effect.getTiming().iterations === Infinity)""", timeout=WAIT_MS)
         page.add_script_tag(path=str(AXE))
         found = page.evaluate("""async () => (await axe.run(document, {resultTypes: ['violations']})).violations
             .filter(v => v.impact === 'serious' || v.impact === 'critical')
