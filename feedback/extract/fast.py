@@ -56,7 +56,7 @@ import numpy as np
 
 from feedback.extract import cues
 from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, runs, softmax
-from feedback.extract.features import TurnContext, features, join_adjacent, sentence_features, settle
+from feedback.extract.features import TurnContext, features, join_adjacent, sentence_features, settle, settles
 from feedback.extract.hostile import meta_ranges, touches
 from feedback.extract.types import BatchResult, Span, Window, make_span
 from feedback.taxonomy import (
@@ -220,7 +220,7 @@ class FastExtractor:
                 mine = ["none" if label == REPEAT_REPHRASE else label for label in mine]
             if probabilities is not None:
                 mine = grow_spans(mine, probabilities[offset:offset + len(sents)], self.model.classes,
-                                  self.model.grow, lambda k, label, o=offset: settle(label, own[o + k]) == label)
+                                  self.model.grow, settles(own[offset:offset + len(sents)]))
             mine = join_adjacent(mine)
             spans = []
             for first, last, category in runs(mine):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from feedback.extract import cues
 
@@ -278,6 +279,12 @@ def settle(label: str, features: list[tuple[str, float]]) -> str:
         if label in categories and feature in features:
             return new
     return label
+
+
+def settles(features: Sequence[list[tuple[str, float]]]):
+    """`classifier.grow_spans`'s veto for one turn: may sentence k take `label`? Only if the hard
+    rules leave that label as it is (a span never grows into a sentence they would veto)."""
+    return lambda k, label: settle(label, features[k]) == label
 
 
 def join_adjacent(labels: list[str]) -> list[str]:

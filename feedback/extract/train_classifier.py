@@ -47,7 +47,7 @@ import numpy as np
 from feedback.extract import cues
 from feedback.extract.classifier import MODEL_PATH, NONE, SentenceClassifier, grow_spans, runs, softmax
 from feedback.extract.fast import FastConfig, FastExtractor
-from feedback.extract.features import WORD_PREFIXES, join_adjacent, settle
+from feedback.extract.features import WORD_PREFIXES, join_adjacent, settle, settles
 from feedback.extract.gold import SHIPPED_GOLD, GoldConversation, load_gold, predict, windows_of
 from feedback.extract.metrics import Prediction, evaluate
 from feedback.taxonomy import CATEGORY_IDS
@@ -142,8 +142,7 @@ def decode(items: Sequence[Example], labels: Sequence[str], probabilities: np.nd
         group = preds.setdefault(w.key[0], [])
         mine = list(labels[k:j + 1])
         if grow > 0:
-            mine = grow_spans(mine, probabilities[k:j + 1], CLASSES, grow,
-                              lambda i, label, k=k: settle(label, items[k + i].features) == label)
+            mine = grow_spans(mine, probabilities[k:j + 1], CLASSES, grow, settles([e.features for e in items[k:j + 1]]))
         mine = join_adjacent(mine)
         for first, last, category in runs(mine):
             group.append(Prediction(w.key[1], category, w.user[items[k + first].sentence.start:items[k + last].sentence.end]))
