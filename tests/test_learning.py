@@ -34,6 +34,7 @@ import json
 import shutil
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 from conftest import test_cache_dir as cache_dir
@@ -137,6 +138,32 @@ def held_out_pairs(samples: list[dict], prefer: str) -> list[dict]:
     return [{**s, "chosen": pick[0], "rejected": pick[1]} for s, pick in picks if pick]
 
 
+def _text(messages) -> str:
+    return messages[-1]["content"]
+
+
+def label_agreement(run_dir, method: str, prefer: str) -> dict:
+    """How far the training set agrees with the users' own rule, per source: for KTO, a row's
+    label against `Preference.fits` of its completion; for DPO, the chosen answer scoring above
+    the rejected one. What mining real phrasing costs the training data (the rule is the ground
+    truth the simulator knows; the extractor never sees it)."""
+    import pandas as pd
+
+    from deploy.loop.simulate import Preference
+
+    judge = Preference(prefer, length_words=LENGTH_WORDS)
+    rows = pd.read_parquet(Path(run_dir) / "train.parquet")
+    if method == "kto":
+        agree = [judge.fits(_text(c)) == bool(label) for c, label in zip(rows["completion"], rows["label"])]
+    else:
+        agree = [judge.score(_text(c)) > judge.score(_text(r)) for c, r in zip(rows["chosen"], rows["rejected"])]
+    out: dict = {}
+    for source, ok in zip(rows["source"], agree):
+        total, good = out.get(source, (0, 0))
+        out[source] = (total + 1, good + ok)
+    return {source: {"rows": total, "agree": good} for source, (total, good) in sorted(out.items())}
+
+
 def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
     from peft import PeftModel
 
@@ -222,7 +249,8 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
         timings[f"eval_{method}"] = time.monotonic() - t1
         out["runs"][method] = {**figures, "rows": card.n_train, "counts_by_source": card.counts_by_source,
                                "labels": card.labels, "safety_filter": card.safety_filter,
-                               "removed_by_filter": card.removed_by_filter, "final_loss": status.state.loss}
+                               "removed_by_filter": card.removed_by_filter, "final_loss": status.state.loss,
+                               "label_agreement": label_agreement(status.run.run_dir, method, prefer)}
     out["base_mean_words"] = statistics.mean(base_answers["words"].values())
     out["base_words_by_verbosity"] = base_answers["words"]
     out["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
