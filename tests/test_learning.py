@@ -25,7 +25,7 @@ Design choices:
   under (the implicit reward of a text depends on its prompt, and the policy learned under one).
 - Deterministic: the users' choices and the service's sampling are seeded, training is seeded,
   so a run reproduces its figures (written to test-output/learning-<preference>.json; the
-  demo in docs/learning.md quotes them). About 3 minutes per preference on a quiet 2-core box.
+  demo in docs/learning.md quotes them). About 6 minutes per preference on a quiet 2-core box, 9 on a busy one.
 """
 
 from __future__ import annotations
