@@ -34,6 +34,7 @@ import json
 import shutil
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -157,11 +158,9 @@ def label_agreement(run_dir, method: str, prefer: str) -> dict:
         agree = [judge.fits(_text(c)) == bool(label) for c, label in zip(rows["completion"], rows["label"])]
     else:
         agree = [judge.score(_text(c)) > judge.score(_text(r)) for c, r in zip(rows["chosen"], rows["rejected"])]
-    out: dict = {}
-    for source, ok in zip(rows["source"], agree):
-        total, good = out.get(source, (0, 0))
-        out[source] = (total + 1, good + ok)
-    return {source: {"rows": total, "agree": good} for source, (total, good) in sorted(out.items())}
+    total = Counter(rows["source"])
+    good = Counter(source for source, ok in zip(rows["source"], agree) if ok)
+    return {source: {"rows": n, "agree": good[source]} for source, n in sorted(total.items())}
 
 
 def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
