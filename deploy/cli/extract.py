@@ -2,7 +2,9 @@
 
     advisor extract [--extractor fast|llm|both] [--chunk-size N] [--json]
     advisor extract --url http://HOST:PORT          (ask the running service to do it)
-    advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--url URL --model NAME] [--json]
+    advisor extract eval [--gold FILE] [--split dev|test|all] [--extractor ...] [--url URL --model NAME]
+                         [--reranker DIR] [--json]
+    advisor extract build-reranker [--out DIR]      (the fast extractor's slower cross-encoder tier)
     advisor extract reviews export --out FILE | precision   (operators' reviews: `deploy.cli.reviews`)
 
 Design choices:
@@ -69,13 +71,24 @@ def completion_function(settings: Settings, *, url: str | None = None, model: st
 
 
 def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int | None, *, url: str | None = None,
-               model: str | None = None):
+               model: str | None = None, reranker: Path | None = None):
+    from deploy.serving.factory import extraction_reranker
+    from deploy.settings import SettingsError
     from feedback.extract import make_extractor
 
     batch_size = batch_size or settings.extraction.batch_size
     complete = (completion_function(settings, url=url, model=model, batch_size=batch_size)
                 if kind is not ExtractorKind.fast else None)
-    return make_extractor(kind.value, complete=complete, batch_size=batch_size)
+    try:
+        tier = extraction_reranker(settings, reranker)
+    except SettingsError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    return make_extractor(kind.value, complete=complete, batch_size=batch_size, reranker=tier)
+
+
+RERANKER_HELP = ("A cross-encoder directory mixed into the fast extractor (default extraction.reranker; "
+                 "`advisor extract build-reranker` makes one).")
 
 
 def extract(
@@ -86,6 +99,7 @@ def extract(
                                              help="Conversations per model call (llm, both; default extraction.batch_size)."),
     url: Optional[str] = typer.Option(None, "--url", help="Run it in the service that holds the database instead."),
     token: Optional[str] = typer.Option(None, "--token", help="Admin token for --url (default: server.admin_token)."),
+    reranker: Optional[Path] = typer.Option(None, "--reranker", help=RERANKER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the job result as JSON."),
 ) -> None:
     """Mine natural feedback from messages newer than the last run (one run, recorded in jobs)."""
@@ -102,7 +116,7 @@ def extract(
     from deploy.cli.common import open_store
     from feedback.extract import run_extraction
 
-    ex = _extractor(settings, extractor, batch_size)
+    ex = _extractor(settings, extractor, batch_size, reranker=reranker)
     with open_store(settings) as store:
         with err.status(f"extracting with {extractor.value}...") as status:
             def progress(r) -> None:
@@ -144,6 +158,7 @@ def evaluate_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N conversations (quick LLM checks)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    reranker: Optional[Path] = typer.Option(None, "--reranker", help=RERANKER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with the metrics."),
 ) -> None:
     """Span and category precision/recall (Don-Yahiya et al.) with bootstrap 95% intervals."""
@@ -158,12 +173,12 @@ def evaluate_cmd(
         raise typer.Exit(2) from None
     if limit:
         conversations = conversations[:limit]
-    ex = _extractor(settings_of(ctx), extractor, batch_size, url=url, model=model)
+    ex = _extractor(settings_of(ctx), extractor, batch_size, url=url, model=model, reranker=reranker)
     started = time.perf_counter()
     predictions, run = predict(ex, conversations)
     seconds = time.perf_counter() - started
     metrics = evaluate(conversations, predictions, n_bootstrap=bootstrap, seed=seed)
-    metrics.update({"extractor": extractor.value, "gold": str(path), "split": split.value, "limit": limit,
+    metrics.update({"extractor": extractor.value, "extractor_version": ex.version, "gold": str(path), "split": split.value, "limit": limit,
                     "extractor_stats": dict(run.stats), "errors": run.errors[:20], "seconds": round(seconds, 2),
                     "conversations_per_s": round(len(conversations) / seconds, 3) if seconds > 0 else None})
     if as_json:
@@ -189,10 +204,27 @@ def evaluate_cmd(
               f"{metrics['seconds']:.1f}s")
 
 
+def build_reranker(
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write it (default <data_dir>/models/feedback-reranker)."),
+    holdout_dev: bool = typer.Option(False, "--holdout-dev", help="Leave the dev split out (to choose the mix on it)."),
+) -> None:
+    """Fine-tune the fast extractor's cross-encoder tier on the shipped gold set (≈ 25 min on 2 cores)."""
+    from feedback.extract.train_rerank import build
+
+    settings = settings_of(ctx)
+    out = out or settings.data_path / "models" / "feedback-reranker"
+    meta = build(out, holdout_dev=holdout_dev, log=err.print)
+    err.print(f"wrote {out} ({meta['sentences']:,} sentences, {meta['train_seconds']:.0f} s). Use it with "
+              f"`advisor extract eval --reranker {out}`, or set extraction.reranker = \"{out}\" "
+              f"(ADVISOR_EXTRACTION__RERANKER) for the service's extraction.")
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Natural feedback: mine it from the logs, or evaluate an extractor.",
                         invoke_without_command=True)
     group.callback(invoke_without_command=True)(extract)
     group.command("eval")(evaluate_cmd)
+    group.command("build-reranker")(build_reranker)
     reviews.register(group)
     app.add_typer(group, name="extract")

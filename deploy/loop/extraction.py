@@ -10,7 +10,7 @@ backend, so in production it runs on vLLM beside the chat.
 from __future__ import annotations
 
 from deploy.loop.jobs import JobContext, JobRegistry
-from deploy.serving.factory import extraction_backend, greedy_completion
+from deploy.serving.factory import extraction_backend, extraction_reranker, greedy_completion
 from feedback.extract import make_extractor
 from feedback.extract.runner import ExtractionRunner, run_extraction
 
@@ -18,13 +18,14 @@ from feedback.extract.runner import ExtractionRunner, run_extraction
 def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
     settings = ctx.settings
     own = extraction_backend(settings)  # made once: its HTTP client is reused by every run
+    reranker = extraction_reranker(settings)  # loaded once (≈ 90 MB), when configured
 
     def extractor_for(kind: str):
         complete = None
         if kind != "fast":
             complete = greedy_completion(own or ctx.backend, settings.steering_mode,
                                          max_new_tokens=settings.extraction.max_new_tokens)
-        return make_extractor(kind, complete=complete, batch_size=settings.extraction.batch_size)
+        return make_extractor(kind, complete=complete, batch_size=settings.extraction.batch_size, reranker=reranker)
 
     runner = ExtractionRunner(ctx.store, extractor_for)
     ctx.extras["extraction"] = runner

@@ -135,6 +135,19 @@ def extraction_backend(settings: Settings, *, url: str | None = None, model: str
                                    max_concurrency=concurrency or e.batch_size)
 
 
+def extraction_reranker(settings: Settings, path: str | Path | None = None):
+    """The fast extractor's cross-encoder tier from `path` or `extraction.reranker`; None when off."""
+    path = path or settings.extraction.reranker
+    if not path:
+        return None
+    from feedback.extract import Reranker
+
+    try:
+        return Reranker(Path(path).expanduser())
+    except (FileNotFoundError, OSError) as exc:
+        raise SettingsError(f"extraction.reranker: {exc}") from None
+
+
 def greedy_completion(backend: Backend, steering: str, *, max_new_tokens: int = 160):
     """`complete(batch_of_message_lists) -> list[str]` on a backend, greedy and without attributes:
     the plain completion function `feedback` and `evaluator` take instead of a backend object."""

