@@ -56,8 +56,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from _machine import cpu_model, emit
+    from scipy.special import log_softmax
 
-    from feedback.extract.rerank import Reranker, log_softmax, pair
+    from feedback.extract.rerank import Reranker, pair
     from feedback.extract.train_classifier import training_data
 
     reranker = Reranker(args.reranker)
@@ -70,7 +71,7 @@ def main() -> None:
     ms = (time.perf_counter() - started) / len(data.dev) * 1000
     rows = []
     for weight, bias, grow in product(WEIGHTS, NONE_BIASES, GROWS):
-        mixed = (1 - weight) * log_softmax(lr) + weight * ce
+        mixed = (1 - weight) * log_softmax(lr, axis=1) + weight * ce
         rows.append({"weight": weight, "none_bias": bias, "grow": grow, **figures(mixed, bias, grow, data, dev)})
     shipped = reranker.settings
     report = {"cpu": cpu_model(), "dev_conversations": len(dev), "dev_sentences": len(data.dev),

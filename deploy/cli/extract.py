@@ -79,8 +79,8 @@ def _extractor(settings: Settings, kind: ExtractorKind, batch_size: int | None, 
     batch_size = batch_size or settings.extraction.batch_size
     complete = (completion_function(settings, url=url, model=model, batch_size=batch_size)
                 if kind is not ExtractorKind.fast else None)
-    try:
-        tier = extraction_reranker(settings, reranker)
+    try:  # the LLM alone has no use for it: not loaded then
+        tier = extraction_reranker(settings, reranker) if kind is not ExtractorKind.llm else None
     except SettingsError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -178,7 +178,8 @@ def evaluate_cmd(
     predictions, run = predict(ex, conversations)
     seconds = time.perf_counter() - started
     metrics = evaluate(conversations, predictions, n_bootstrap=bootstrap, seed=seed)
-    metrics.update({"extractor": extractor.value, "extractor_version": ex.version, "gold": str(path), "split": split.value, "limit": limit,
+    metrics.update({"extractor": extractor.value, "extractor_version": ex.version, "gold": str(path),
+                    "split": split.value, "limit": limit,
                     "extractor_stats": dict(run.stats), "errors": run.errors[:20], "seconds": round(seconds, 2),
                     "conversations_per_s": round(len(conversations) / seconds, 3) if seconds > 0 else None})
     if as_json:

@@ -144,7 +144,7 @@ def extraction_reranker(settings: Settings, path: str | Path | None = None):
 
     try:
         return Reranker(Path(path).expanduser())
-    except (FileNotFoundError, OSError) as exc:
+    except OSError as exc:  # a missing or unreadable directory
         raise SettingsError(f"extraction.reranker: {exc}") from None
 
 

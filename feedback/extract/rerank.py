@@ -38,6 +38,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
+from scipy.special import log_softmax
 
 from feedback.extract import cues
 from feedback.extract.types import Window
@@ -57,25 +58,18 @@ class RerankSettings:
     seed: int = 0
 
 
-def _words(text: str, n: int, *, tail: bool = False) -> str:
+def _last_words(text: str, n: int) -> str:
     w = text.split()
-    if len(w) <= n:
-        return text
-    return " ".join(w[-n:] if tail else w[:n])
+    return text if len(w) <= n else " ".join(w[-n:])
 
 
 def pair(window: Window, sentence: cues.Sentence) -> tuple[str, str]:
     """The cross-encoder's input for one sentence of `window.user`: (context, the marked turn)."""
     words = window.assistant.split()
     answer = window.assistant if len(words) <= 70 else " ".join(words[:45]) + " … " + " ".join(words[-25:])
-    context = f"User: {_words(window.previous_user or '', 40, tail=True)} Assistant: {answer}"
+    context = f"User: {_last_words(window.previous_user or '', 40)} Assistant: {answer}"
     u, s, e = window.user, sentence.start, sentence.end
     return context, u[:s][-150:] + " [" + u[s:e] + "] " + u[e:][:100]
-
-
-def log_softmax(scores: np.ndarray) -> np.ndarray:
-    z = scores - scores.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
 class Reranker:
@@ -112,7 +106,7 @@ class Reranker:
 
     def mix(self, scores: np.ndarray, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         w = self.settings.weight
-        return (1 - w) * log_softmax(scores) + w * self.log_probs(pairs)
+        return (1 - w) * log_softmax(scores, axis=1) + w * self.log_probs(pairs)
 
 
 def encode(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
