@@ -193,7 +193,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     from deploy.loop.safety import make_safety_filter
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
     from deploy.release.registry import ensure_base_release
-    from deploy.release.scorers import moderator_dir
+    from deploy.release.scorers import load_moderator, moderator_dir
     from feedback.datasets import read_card
     from feedback.store import Store
     from trainer.launch import launch_training, poll_training
@@ -216,8 +216,9 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     timings["simulate"] = time.monotonic() - t0
 
     out: dict = {"prefer": prefer, "simulation": summary.as_dict(), "runs": {}}
-    # The cycle and the safety filter find the moderator where the service keeps it; the test
-    # cache has it trained already.
+    # The cycle and the safety filter find the moderator where the service keeps it; it is trained
+    # once into the test cache (on first use, so the proof also runs alone on a fresh cache).
+    load_moderator(cache_dir() / "moderator")
     shutil.copytree(cache_dir() / "moderator", moderator_dir(settings.data_dir), dirs_exist_ok=True)
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, str(builtin_model_dir))
