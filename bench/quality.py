@@ -37,7 +37,8 @@ Design choices:
   threads) on all 13 held-out threads of `deploy.release.evaluate.held_out_threads` (the gate
   takes the first 12): the share of each thread's human answers the model's answer out-scores.
 - Harmlessness: the gate's moderator (`load_moderator`, cached under `<data-dir>/models/moderator`)
-  on the answers to the 40 shipped risky prompts: share judged safe (p_unsafe < 0.5).
+  on the answers to the shipped risky prompts (40 written, then 131 from HH-RLHF harmless-base
+  since 2026-12-03): share judged safe (p_unsafe < 0.5).
 - Steerability: `bench/steering.py`'s generation and analysis, imported, on all 20 of its prompts
   (dev and test) at verbosity 0..4 (complexity 2) and complexity 0..4 (verbosity 2).
 - Intervals: 95% percentile bootstrap over prompts (questions, threads, risky prompts or

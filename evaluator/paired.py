@@ -79,6 +79,35 @@ def mean_statistic(candidate: Sequence[float], live: Sequence[float]) -> Statist
     return lambda idx: (float(c[idx].mean()), float(v[idx].mean()))
 
 
+def length_controlled_statistic(candidate: Sequence[float], live: Sequence[float], candidate_words: Sequence[int],
+                                live_words: Sequence[int]) -> Statistic:
+    """(live mean + the candidate − live difference at equal length, live mean) on the items `idx`.
+
+    Reward models pay for length (Singhal et al. 2023; AlpacaEval 2's length-controlled win rate,
+    Dubois et al. 2024): the gate's helpfulness reward rises with the answer's word count, so a
+    candidate that learned to write what its users asked for, shorter, looks less helpful even
+    when each answer says as much. Per item, Δscore is regressed on Δx = log(1 + words) of the
+    two answers, with an intercept; the intercept is the difference predicted where the answers
+    are equally long. Fitted afresh on each resample, so the interval carries the slope's
+    uncertainty too (an extrapolation, when the candidate is shorter on nearly every prompt,
+    shows as a wide interval). With no length difference at all it is the plain mean difference."""
+    c, v = np.asarray(candidate, dtype=float), np.asarray(live, dtype=float)
+    wc, wv = np.asarray(candidate_words, dtype=float), np.asarray(live_words, dtype=float)
+    if not c.shape == v.shape == wc.shape == wv.shape:
+        raise ValueError(f"paired scores and word counts differ in length: {c.shape[0]}, {v.shape[0]}, "
+                         f"{wc.shape[0]}, {wv.shape[0]}")
+    dy, dx = c - v, np.log1p(wc) - np.log1p(wv)
+
+    def stat(idx: np.ndarray) -> tuple[float, float]:
+        y, x = dy[idx], dx[idx]
+        spread = x.var()
+        slope = float(((x - x.mean()) * (y - y.mean())).mean() / spread) if spread > 1e-12 else 0.0
+        live_mean = float(v[idx].mean())
+        return live_mean + float(y.mean() - slope * x.mean()), live_mean
+
+    return stat
+
+
 def mean_of_strata_statistic(candidate: Sequence[float], live: Sequence[float], strata: Sequence[str]) -> Statistic:
     """Unweighted mean over strata of each stratum's mean (HH: helpful and harmless count alike)."""
     c, v, s = np.asarray(candidate, dtype=float), np.asarray(live, dtype=float), np.asarray(strata)

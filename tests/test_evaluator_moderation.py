@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,8 +67,16 @@ def test_shipped_safety_set_is_big_balanced_and_covers_the_chat_topics():
 
 
 def test_shipped_risky_prompts():
+    from evaluator.hh_data import RESERVED_BELOW
+    from evaluator.shipped import RISKY_PROMPTS, read_jsonl
+
     prompts = load_risky_prompts()
-    assert 35 <= len(prompts) <= 60 and len(set(prompts)) == len(prompts)
+    assert len(prompts) >= 150 and len(set(prompts)) == len(prompts)
+    rows = list(read_jsonl(RISKY_PROMPTS))
+    written = [r for r in rows if "topic" in r]
+    assert rows[: len(written)] == written and len(written) == 40  # the written ones first
+    real = rows[len(written):]
+    assert all(r["subset"] == "harmless-base" and r["row"] >= RESERVED_BELOW for r in real)  # traceable, never reserved
 
 
 def test_bad_labels_are_reported_with_the_line(tmp_path):
@@ -159,3 +168,17 @@ def test_hf_moderator_gives_probabilities(tiny_model_dir, tmp_path):
     scores = mod.score(["rest well", "a much longer piece of advice about money"] * 3)
     assert len(scores) == 6 and all(0.0 <= p <= 1.0 for p in scores)
     assert mod.is_unsafe(["x"], threshold=0.0) == [True]
+
+
+def test_risky_prompts_file_is_what_its_tool_makes():
+    """The shipped file is reproducible from the HH-RLHF test split and the fixed rule."""
+    from evaluator.shipped import RISKY_PROMPTS
+    from tools.data.make_advice_prompts import collect
+    from tools.data.make_risky_prompts import SEED, SUBSET, written
+
+    hh = Path(__file__).resolve().parents[2] / "shared" / "data" / "hh-rlhf"
+    if not (hh / "harmless-base" / "test.jsonl.gz").is_file():
+        pytest.skip(f"the HH-RLHF test splits are not at {hh}")
+    mine = written(RISKY_PROMPTS)
+    rows = mine + collect(hh, (SUBSET,), SEED, {" ".join(r["prompt"].lower().split()) for r in mine})
+    assert [r["prompt"] for r in rows] == load_risky_prompts()

@@ -8,7 +8,13 @@ import pytest
 
 from deploy.release.gate import AXES, decide
 from deploy.settings import AxisPolicy, GateSettings
-from evaluator.paired import mean_of_strata_statistic, mean_statistic, paired_bootstrap, spearman
+from evaluator.paired import (
+    length_controlled_statistic,
+    mean_of_strata_statistic,
+    mean_statistic,
+    paired_bootstrap,
+    spearman,
+)
 from evaluator.steerability import SteerRow, score, steer_statistic
 
 LIVE = {"helpfulness": 0.50, "harmlessness": 0.95, "hh_accuracy": 0.55, "self_bleu": 0.30, "steerability": 0.6}
@@ -80,6 +86,36 @@ def test_paired_bootstrap_covers_a_real_shift_and_pairing_narrows_it():
     cand = live + 0.1 + rng.normal(0, 0.05, 200)  # shifted by 0.1 on the same items
     iv = paired_bootstrap(200, mean_statistic(cand.tolist(), live.tolist()))
     assert iv.low < 0.1 < iv.high and iv.high - iv.low < 0.03  # unpaired, the width would be ~0.28
+
+
+def _rewarded_for_length(words: np.ndarray, rng: np.random.Generator, quality: float = 0.0) -> np.ndarray:
+    """A reward that pays 0.15 per unit of log(1 + words), as the gate's reward model roughly does."""
+    return 0.2 + 0.15 * np.log1p(words) + quality + rng.normal(0, 0.03, len(words))
+
+
+def test_length_control_forgives_length_and_nothing_else():
+    rng = np.random.default_rng(3)
+    live_words = rng.integers(15, 70, 240)
+    short_words = (live_words * rng.uniform(0.4, 1.0, 240)).astype(int)  # shorter, by varying amounts
+    live = _rewarded_for_length(live_words, rng)
+    for quality, expected in ((0.0, 0.0), (-0.08, -0.08)):
+        cand = _rewarded_for_length(short_words, rng, quality)
+        raw = paired_bootstrap(240, mean_statistic(cand, live))
+        lc = paired_bootstrap(240, length_controlled_statistic(cand, live, short_words, live_words))
+        assert raw.high < expected - 0.02  # the raw difference also charges the candidate for brevity
+        # the intercept's standard error here is about 0.006 (it extrapolates to equal length)
+        assert lc.diff == pytest.approx(expected, abs=0.02) and lc.high - lc.low < 0.05
+        assert lc.live == raw.live and lc.diff == pytest.approx(lc.candidate - lc.live)
+
+
+def test_length_control_without_a_length_difference_is_the_plain_difference():
+    words = [30, 40, 50, 60]
+    cand, live = [0.5, 0.6, 0.7, 0.9], [0.6, 0.6, 0.8, 0.8]
+    stat = length_controlled_statistic(cand, live, words, words)
+    assert stat(np.arange(4)) == pytest.approx(mean_statistic(cand, live)(np.arange(4)))
+    assert paired_bootstrap(4, length_controlled_statistic(live, live, words, words)).high == 0.0
+    with pytest.raises(ValueError, match="differ in length"):
+        length_controlled_statistic(cand, live, words[:3], words)
 
 
 def test_strata_mean_weighs_groups_alike():

@@ -73,6 +73,10 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         assert set(outcome.intervals) == set(AXES) and stored["intervals"] == outcome.intervals
         for axis in stored["axes"]:
             assert axis["low"] <= axis["diff"] + 1e-9 and axis["diff"] <= axis["high"] + 1e-9 and "95% CI" in axis["reason"]
+        # Helpfulness also says what the difference is at equal length (reported, not judged).
+        equal = stored["intervals"]["helpfulness"]["at_equal_length"]
+        assert equal["low"] <= equal["diff"] <= equal["high"] and len(equal["words"]) == 2
+        assert "at equal length Δ" in stored["axes"][0]["reason"]
         json.dumps(outcome.as_dict())
         assert any("risky prompts" in m for m in messages)
 
@@ -227,6 +231,6 @@ def test_a_set_that_ignores_the_slider_is_rejected_on_steerability_alone(builtin
     assert not outcome.decision.promote and not steer.passed, steer.reason
     assert steer.high < 0 and steer.low < -settings.gate.steerability.tolerance  # it lost the slider, clearly
     # The set keeps the default-slider answers, so nothing else should move: the other axes pass
-    # on their full default items (243 advice prompts, 40 risky prompts, 40 HH pairs here).
+    # on their items (243 advice prompts, the 40 written risky prompts, 40 HH pairs here).
     failed = [a.axis for a in outcome.decision.axes if not a.passed]
     assert failed == ["steerability"], outcome.decision.summary()

@@ -162,7 +162,7 @@ def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     reward_model = load_reward_model(settings.data_path, train_threads)
     moderator = load_moderator(moderator_dir(settings.data_path))
     inputs = Inputs(settings=settings, prompts=load_advice_prompts()[: gs.helpfulness_prompts or None],
-                    risky=load_risky_prompts()[: gs.harmlessness_prompts], reward_model=reward_model,
+                    risky=load_risky_prompts()[: gs.harmlessness_prompts or None], reward_model=reward_model,
                     scale=ReferenceScale.from_threads(reward_model, train_threads + held_out),
                     moderator=moderator, hh_subsets=hh_subsets,
                     steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say)

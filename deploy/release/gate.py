@@ -18,6 +18,11 @@ axis whatever the tolerance; a changed one must show that it is not worse by mor
 A rule on the point difference alone would pass a candidate that is worse by a little less than
 t on 12 prompts and reject one that is equal on 400; the interval makes the sample size count.
 
+Helpfulness's reason also gives the difference at equal length (the reward model pays for words;
+`evaluator.paired.length_controlled_statistic`), reported and not judged: it tells an operator
+whether a drop is the candidate saying less or only saying it in fewer words. The axis itself
+judges the raw reward, because brevity that drops content is a loss users feel.
+
 Without an interval (no live measurement: another base model; or too few finite resamples), the
 axis falls back to the point difference and says so in its reason. A metric missing on the
 candidate's side is not a pass when a floor is set: a floor that cannot be checked does not hold.
@@ -79,6 +84,15 @@ def _missing(axis: str, policy: AxisPolicy, live: float | None, note: str | None
                       tolerance=policy.tolerance, floor=policy.floor)
 
 
+def _at_equal_length(lc: dict | None) -> str:
+    """The helpfulness difference with the reward model's pay for length taken out (reported only)."""
+    if not lc or lc.get("low") is None:
+        return ""
+    cand_words, live_words = lc["words"]
+    return (f"; at equal length Δ {lc['diff']:+.3f} [{_fmt(lc['low'])}, {_fmt(lc['high'])}] "
+            f"(answers of {cand_words:.0f} vs {live_words:.0f} words)")
+
+
 def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None, interval: Any = None,
           note: str | None = None) -> AxisResult:
     """One axis under its policy. `interval`: an `evaluator.paired.PairedInterval` (or a dict of
@@ -106,7 +120,7 @@ def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None,
         shown += f" [95% CI {_fmt(low)}, {_fmt(high)}; n={n}]"
         result.passed = ok
         result.reason = f"{shown}: {'passes' if ok else 'fails'} non-inferiority ({rule}; " + \
-                        f"{'higher' if up else 'lower'} is better)"
+                        f"{'higher' if up else 'lower'} is better)" + _at_equal_length(iv.get("at_equal_length"))
         return result
     worse = -diff if up else diff
     result.passed = worse <= t + 1e-12

@@ -18,7 +18,8 @@ Design choices:
   the model where it does in the served chat (the SteerLM template line, or instructions after
   the user's question), so the steerability axis measures what users get.
 - Per-item values: helpfulness per advice prompt (the answer's reward as a percentile of human
-  reference answers, `evaluator.helpfulness.helpfulness_on_prompts`), harmlessness per risky
+  reference answers, `evaluator.helpfulness.helpfulness_on_prompts`; with each answer's word
+  count, for the difference at equal length that the decision reports), harmlessness per risky
   prompt (1 safe, 0 flagged), Self-BLEU per answer (against the other answers of its side, 0-1;
   quadratic, about 20 s a side for 243 answers, but per-answer values vary so widely that 50
   answers gave a ±0.12 interval for equal sides),
@@ -107,6 +108,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
         risky_answers = answer(inp.risky)
     help_result = helpfulness_on_prompts(inp.reward_model, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
+    out.items["advice_words"] = [len(a.split()) for a in advice]  # for the length-controlled difference
     bleu = [b / 100.0 for b in self_bleu_scores(advice)]
     out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu
     harm = harmlessness(inp.risky, risky_answers, inp.moderator)
@@ -162,7 +164,12 @@ def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores)
 
 def paired_intervals(cand: SideScores, live: SideScores, settings: Any) -> dict[str, dict]:
     """Each axis measured on both sides: its 95 % paired bootstrap interval of candidate − live."""
-    from evaluator.paired import mean_of_strata_statistic, mean_statistic, paired_bootstrap
+    from evaluator.paired import (
+        length_controlled_statistic,
+        mean_of_strata_statistic,
+        mean_statistic,
+        paired_bootstrap,
+    )
     from evaluator.steerability import steer_statistic
 
     gs = settings.gate
@@ -179,4 +186,13 @@ def paired_intervals(cand: SideScores, live: SideScores, settings: Any) -> dict[
         else:
             n, stat = len(c), mean_statistic(c, v)
         out[axis] = paired_bootstrap(n, stat, strata=strata, n_boot=gs.bootstrap, seed=gs.seed).as_dict()
+    words = cand.items.get("advice_words"), live.items.get("advice_words")
+    if "helpfulness" in out and all(words):
+        # Reported, not judged: how much of a helpfulness change is the reward model paying for
+        # length (evaluator.paired.length_controlled_statistic). An operator whose users asked
+        # for shorter answers reads this before forcing or rejecting.
+        lc = paired_bootstrap(len(words[0]), length_controlled_statistic(cand.items["helpfulness"],
+                              live.items["helpfulness"], *words), n_boot=gs.bootstrap, seed=gs.seed)
+        out["helpfulness"]["at_equal_length"] = {"diff": lc.diff, "low": lc.low, "high": lc.high,
+                                                 "words": [sum(w) / len(w) for w in words]}
     return out

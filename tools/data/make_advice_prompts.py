@@ -53,9 +53,11 @@ def is_advice_request(text: str) -> bool:
     return 6 <= len(text.split()) <= 60 and ADVICE.search(text) is not None
 
 
-def collect(hh_dir: Path) -> list[dict]:
-    rows, seen = [], set()
-    for subset in SUBSETS:
+def collect(hh_dir: Path, subsets: tuple[str, ...] = SUBSETS, seed: int = SEED, skip: set[str] = frozenset()) -> list[dict]:
+    """Every distinct advice request among the first human turns of `subsets` (rows ≥ 1000), not
+    in `skip` (lower-cased, whitespace-normalised), shuffled with `seed`."""
+    rows, seen = [], set(skip)
+    for subset in subsets:
         with gzip.open(hh_dir / subset / "test.jsonl.gz", "rt", encoding="utf-8") as f:
             for i, line in enumerate(f):
                 if i < RESERVED_BELOW or not line.strip():
@@ -65,7 +67,7 @@ def collect(hh_dir: Path) -> list[dict]:
                 if is_advice_request(prompt) and key not in seen:
                     seen.add(key)
                     rows.append({"subset": subset, "row": i, "prompt": prompt})
-    random.Random(SEED).shuffle(rows)
+    random.Random(seed).shuffle(rows)
     return rows
 
 
