@@ -172,13 +172,9 @@ def test_hf_moderator_gives_probabilities(tiny_model_dir, tmp_path):
 
 def test_risky_prompts_file_is_what_its_tool_makes():
     """The shipped file is reproducible from the HH-RLHF test split and the fixed rule."""
-    from evaluator.shipped import RISKY_PROMPTS
-    from tools.data.make_advice_prompts import collect
-    from tools.data.make_risky_prompts import SEED, SUBSET, written
+    from tools.data.make_risky_prompts import build
 
     hh = Path(__file__).resolve().parents[2] / "shared" / "data" / "hh-rlhf"
     if not (hh / "harmless-base" / "test.jsonl.gz").is_file():
         pytest.skip(f"the HH-RLHF test splits are not at {hh}")
-    mine = written(RISKY_PROMPTS)
-    rows = mine + collect(hh, (SUBSET,), SEED, {" ".join(r["prompt"].lower().split()) for r in mine})
-    assert [r["prompt"] for r in rows] == load_risky_prompts()
+    assert [r["prompt"] for r in build(hh)] == load_risky_prompts()

@@ -53,6 +53,11 @@ def is_advice_request(text: str) -> bool:
     return 6 <= len(text.split()) <= 60 and ADVICE.search(text) is not None
 
 
+def prompt_key(prompt: str) -> str:
+    """What makes two prompts the same one: case and spacing aside."""
+    return " ".join(prompt.lower().split())
+
+
 def collect(hh_dir: Path, subsets: tuple[str, ...] = SUBSETS, seed: int = SEED, skip: set[str] = frozenset()) -> list[dict]:
     """Every distinct advice request among the first human turns of `subsets` (rows ≥ 1000), not
     in `skip` (lower-cased, whitespace-normalised), shuffled with `seed`."""
@@ -63,7 +68,7 @@ def collect(hh_dir: Path, subsets: tuple[str, ...] = SUBSETS, seed: int = SEED, 
                 if i < RESERVED_BELOW or not line.strip():
                     continue
                 prompt = first_turn(json.loads(line)["chosen"])
-                key = " ".join(prompt.lower().split())
+                key = prompt_key(prompt)
                 if is_advice_request(prompt) and key not in seen:
                     seen.add(key)
                     rows.append({"subset": subset, "row": i, "prompt": prompt})

@@ -27,7 +27,7 @@ import argparse
 from pathlib import Path
 
 from evaluator.shipped import RISKY_PROMPTS, read_jsonl, write_jsonl
-from tools.data.make_advice_prompts import collect
+from tools.data.make_advice_prompts import collect, prompt_key
 
 SUBSET = "harmless-base"
 SEED = 20261203
@@ -38,15 +38,21 @@ def written(path: Path) -> list[dict]:
     return [row for row in read_jsonl(path) if "topic" in row]
 
 
+def build(hh_dir: Path, path: Path = RISKY_PROMPTS) -> list[dict]:
+    """The file's rows: the written prompts in `path`, then every matching HH-RLHF request."""
+    mine = written(path)
+    return mine + collect(hh_dir, (SUBSET,), SEED, {prompt_key(r["prompt"]) for r in mine})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hh", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared/data/hh-rlhf")
     parser.add_argument("--out", type=Path, default=RISKY_PROMPTS)
     args = parser.parse_args()
-    mine = written(args.out)
-    rows = mine + collect(args.hh, (SUBSET,), SEED, {" ".join(r["prompt"].lower().split()) for r in mine})
+    rows = build(args.hh, args.out)
     write_jsonl(rows, args.out)
-    print(f"wrote {len(rows)} prompts to {args.out} ({len(mine)} written, {len(rows) - len(mine)} from HH-RLHF)")
+    n_written = sum("topic" in r for r in rows)
+    print(f"wrote {len(rows)} prompts to {args.out} ({n_written} written, {len(rows) - n_written} from HH-RLHF)")
 
 
 if __name__ == "__main__":
