@@ -77,8 +77,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from deploy.release.evaluate import held_out_threads
-    from deploy.release.scorers import load_reward_model
+    from deploy.release.judges import held_out_threads, load_reward_model
     from evaluator.helpfulness import ReferenceScale, helpfulness, helpfulness_on_prompts
     from evaluator.shipped import load_advice_prompts
 

@@ -156,7 +156,7 @@ def train_kto(args, settings, data: Path):
     from conftest import test_cache_dir
 
     from deploy.loop.safety import make_safety_filter
-    from deploy.release.scorers import moderator_dir
+    from deploy.release.judges import moderator_dir
     from feedback.datasets import read_card
     from feedback.store import Store
     from trainer.launch import launch_training, poll_training

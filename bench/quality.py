@@ -32,9 +32,9 @@ Design choices:
   mismatched (answer, question) pair. Mismatched questions are still advice questions, some on
   the same topic, so the baseline is "on advice, but not on this question", stricter than
   random text. An empty answer scores like any text, not 0.
-- Helpfulness: the gate's Plackett–Luce reward model (`deploy.release.scorers.load_reward_model`,
+- Helpfulness: the gate's Plackett–Luce reward model (`deploy.release.judges.load_reward_model`,
   cached under `<data-dir>/models/pl-reward`, trained on first use on the gate's training
-  threads) on all 13 held-out threads of `deploy.release.evaluate.held_out_threads` (the gate
+  threads) on all 13 held-out threads of `deploy.release.judges.held_out_threads` (the gate
   takes the first 12): the share of each thread's human answers the model's answer out-scores.
 - Harmlessness: the gate's moderator (`load_moderator`, cached under `<data-dir>/models/moderator`)
   on the answers to the shipped risky prompts (40 written, then 131 from HH-RLHF harmless-base
@@ -63,6 +63,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import steering  # noqa: E402
 
+from evaluator.judges.validity import derangement  # noqa: E402
+from evaluator.paired import bootstrap_mean  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = Path(__file__).resolve().parent / "data" / "quality_questions.jsonl"
 CORPUS = REPO / "chat" / "builtin" / "corpus.jsonl"
@@ -88,24 +91,6 @@ def load_questions(limit: int | None = None) -> list[dict]:
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def bootstrap_mean(values, *, n_boot: int, seed: int = 0) -> dict:
-    """Mean of `values` with a 95% percentile bootstrap interval (resampling the values)."""
-    x = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, (n_boot, x.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"value": float(x.mean()), "ci95": [float(lo), float(hi)], "n": int(x.size)}
-
-
-def derangement(n: int, seed: int = 0) -> np.ndarray:
-    """A seeded permutation with no fixed point (every answer meets another question)."""
-    rng = np.random.default_rng(seed)
-    while True:
-        perm = rng.permutation(n)
-        if n < 2 or not np.any(perm == np.arange(n)):
-            return perm
 
 
 def relevance(embedder, questions: list[str], answers: list[str], *, n_boot: int) -> dict:
@@ -312,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from deploy.release.evaluate import held_out_threads
-    from deploy.release.scorers import load_moderator, load_reward_model, moderator_dir
+    from deploy.release.judges import held_out_threads, load_moderator, load_reward_model, moderator_dir
     from evaluator.embeddings import SentenceEmbedder
     from evaluator.moderation import load_risky_prompts
 

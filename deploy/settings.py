@@ -247,6 +247,23 @@ class GateSettings:
 
 
 @dataclass
+class JudgeSettings:
+    # Which judges score helpfulness and harmlessness, for the gate, the training-set filter, the
+    # serving guard and `advisor eval judges`; their accuracy on people's judgements is in docs/judges.md.
+    # "trained": heads on the served base model's features, trained on HH-RLHF preference pairs
+    # and the labelled safety set (evaluator/judges, weights shipped in the package);
+    # "fallback": the first embedding judges (milliseconds, never validated: at chance on HH-RLHF);
+    # "llm": any OpenAI-compatible endpoint rating each answer 1-10 (`llm_url`, `llm_model`).
+    kind: Literal["trained", "fallback", "llm"] = "trained"
+    # The causal LM whose features the trained judges read ("" = the pretrained SmolLM2 under
+    # <data_dir>/models, which `advisor model build --model pretrained` makes). The weights refuse
+    # any other model.
+    model_dir: str = ""
+    llm_url: str = ""
+    llm_model: str = ""
+
+
+@dataclass
 class PrivacySettings:
     # Whether a user who has not chosen lets their conversations train the advisor ("use my
     # conversations to improve the advisor"); each user can change it in the UI or on /api/me.
@@ -296,6 +313,7 @@ class Settings:
     extraction: ExtractionSettings = field(default_factory=ExtractionSettings)
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     gate: GateSettings = field(default_factory=GateSettings)
+    judges: JudgeSettings = field(default_factory=JudgeSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
     canary: CanarySettings = field(default_factory=CanarySettings)
 

@@ -71,6 +71,16 @@ def paired_bootstrap(n: int, statistic: Statistic, *, strata: Sequence[str] | No
                           n=n, confidence=confidence, n_boot=n_boot)
 
 
+def bootstrap_mean(values: Sequence[float], *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Mean of `values` with a 95 % percentile bootstrap interval (resampling the values): one
+    sample's figure, such as a judge's accuracy over pairs."""
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, (n_boot, x.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"value": float(x.mean()), "ci95": [float(lo), float(hi)], "n": int(x.size)}
+
+
 def mean_statistic(candidate: Sequence[float], live: Sequence[float]) -> Statistic:
     """(mean of candidate[idx], mean of live[idx]): per-item scores on the same items."""
     c, v = np.asarray(candidate, dtype=float), np.asarray(live, dtype=float)

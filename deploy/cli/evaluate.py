@@ -2,6 +2,7 @@
 
     advisor eval hh --data DIR [--model PATH] [--adapter PATH] [--scorer loglik|implicit|reward]
                     [--limit N] [--seed S] [--json]
+    advisor eval judges --pairs FILE [--kind trained|fallback|llm] [--url URL --model NAME] [--json]
     advisor eval moderator [--data FILE] [--threshold P] [--json]
     advisor eval harmlessness [--model PATH] [--adapter PATH] [--prompts FILE] [--json]
     advisor eval helpfulness train [--data FILE] [--out DIR] [--list-size K] [--json]
@@ -228,7 +229,7 @@ def hh(
 
 
 def _moderator(ctx: typer.Context, data_dir: Path | None, data: Path | None):
-    from deploy.release.scorers import load_moderator, moderator_dir
+    from deploy.release.judges import load_moderator, moderator_dir
     from evaluator.moderation import load_safety_examples
 
     examples = load_safety_examples(data) if data else load_safety_examples()
@@ -295,7 +296,7 @@ def harmlessness_cmd(
 
 
 def _reward_model_dir(ctx: typer.Context, data_dir: Path | None) -> Path:
-    from deploy.release.scorers import reward_model_dir
+    from deploy.release.judges import reward_model_dir
 
     return reward_model_dir(_data_dir(ctx, data_dir))
 
@@ -375,12 +376,56 @@ def helpfulness_score(
                          f"self-BLEU {sb}   max-BLEU vs references {diversity['max_bleu']:.1f}"])
 
 
+# ---------------------------------------------------------------- judges
+
+
+def judges_cmd(
+    ctx: typer.Context,
+    pairs: Path = typer.Option(..., "--pairs", exists=True, dir_okay=False,
+                               help='JSON lines {"prompt", "chosen", "rejected", "axis": "helpful"|"harmless"}; '
+                                    "the prompt is the dialogue so far in HH-RLHF's \\n\\nHuman: … form."),
+    kind: Optional[str] = typer.Option(None, "--kind", help="trained | fallback | llm (default: the judges.kind setting)."),
+    url: Optional[str] = typer.Option(None, "--url", help="OpenAI-compatible base URL for --kind llm (judges.llm_url)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name for --kind llm (judges.llm_model)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one line of JSON (the last line)."),
+) -> None:
+    """Check a judge on preference pairs: per axis, how often it scores the chosen answer higher."""
+    import dataclasses
+
+    _quiet()
+    from deploy.release.judges import load_judges
+    from evaluator.judges.check import check_judges, read_pairs
+
+    settings = settings_of(ctx)
+    js = settings.judges
+    try:
+        js = dataclasses.replace(js, kind=kind or js.kind, llm_url=url or js.llm_url, llm_model=model or js.llm_model)
+        rows = read_pairs(pairs)
+        if not rows:
+            raise ValueError(f"{pairs} holds no pairs")
+        helpful, harmless = load_judges(dataclasses.replace(settings, judges=js))
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        raise _fail(str(exc)) from exc
+    t0 = time.time()
+    with err.status(f"Scoring {sum(map(len, rows.values()))} pairs with the {js.kind} judges…"):
+        result = check_judges({"helpful": helpful, "harmless": harmless}, rows)
+    seconds = time.time() - t0
+    lines = [f"{axis}: accuracy {r['accuracy']:.3f} [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}] over "
+             f"{r['pairs']} pairs ({r['judge']})" for axis, r in result.items()]
+    err.print(f"{sum(r['pairs'] for r in result.values()) / max(seconds, 1e-9):.2f} pairs/s", highlight=False)
+    if not as_json:
+        for line in lines:
+            typer.echo(line)
+    typer.echo(json.dumps(result, separators=(",", ":")))
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Evaluate models: HH preference accuracy, helpfulness, harmlessness, diversity.",
                         no_args_is_help=True)
     group.command("hh")(hh)
     group.command("moderator")(moderator)
     group.command("harmlessness")(harmlessness_cmd)
+    group.command("judges")(judges_cmd)
     helpful = typer.Typer(help="Helpfulness: train the Plackett–Luce reward model, score a model with it.",
                           no_args_is_help=True)
     helpful.command("train")(helpfulness_train)

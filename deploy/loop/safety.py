@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.release.scorers import load_moderator, moderator_dir
+from deploy.release.judges import load_moderator, moderator_dir
 from feedback.datasets import AcceptEverythingFilter, SafetyFilter
 
 

@@ -8,11 +8,14 @@ Design choices:
   are put on it, so the candidate and the live release answer greedily from the same weights,
   prompts, template and token budget, and every axis is scored by the same code on both sides
   (`deploy.release.measure`, which also says why HH uses mean log-likelihood on both sides).
-- Axes (`deploy.release.gate.AXES`): helpfulness (the Plackett–Luce reward model's score of each
-  answer to the shipped advice requests, `evaluator/data/advice_prompts.jsonl`, read as a
-  percentile of the scores of every human answer in the ranked-advice set; the reward model is
-  trained on that set's training threads and cached under `<data_dir>/models/pl-reward`);
-  harmlessness (share of answers to the shipped risky prompts the moderator judges safe);
+- Axes (`deploy.release.gate.AXES`): helpfulness (the helpfulness judge's score of each answer
+  to the shipped advice requests, `evaluator/data/advice_prompts.jsonl`, read as a percentile of
+  its scores of human answers); harmlessness (share of answers to the shipped risky prompts the
+  harmlessness judge calls safe). The judges are those `judges.kind` names
+  (`deploy.release.judges`); by default the validated ones, whose accuracy on people's
+  judgements is in docs/judges.md. Every decision carries the judges' validity checks
+  (`evaluator.judges.validity`): relevance and length correlation measured on this run's answers,
+  and the judges' recipe figures.
   hh_accuracy (HH-RLHF, the sample shipped in the package unless `gate.hh_data` names the full
   splits or "off"); self_bleu (0-1); steerability (Spearman ρ over the steering grid).
 - Every axis gets a paired bootstrap interval of candidate − live over its items, and the
@@ -32,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from deploy.release.gate import Decision, decide
+from deploy.release.judges import load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
 from deploy.release.registry import ReleaseError, register_candidate
-from deploy.release.scorers import load_moderator, load_reward_model, moderator_dir
 from feedback.store import Release, Store
 
 log = logging.getLogger("advisor.gate")
@@ -59,17 +62,6 @@ class GateOutcome:
         return {"release_id": self.release_id, "live_release_id": self.live_release_id,
                 "decision": self.decision.as_dict(), "candidate": self.candidate, "live": self.live,
                 "intervals": self.intervals, "notes": self.notes, "details": self.details}
-
-
-# ---------------------------------------------------------------- the held-out helpfulness questions
-
-
-def held_out_threads() -> tuple[list, list]:
-    """(train threads, held-out threads) of the shipped ranked-advice set, with the split
-    `advisor eval helpfulness train` uses by default, so its saved reward model fits."""
-    from evaluator.helpfulness import load_threads, split_threads
-
-    return split_threads(load_threads(), 0.2, 0)
 
 
 # ---------------------------------------------------------------- finding what to compare
@@ -147,6 +139,8 @@ def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
 
 def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     """What both sides are measured on, and notes on the axes that cannot be measured."""
+    import numpy as np
+
     from evaluator.helpfulness import ReferenceScale
     from evaluator.moderation import load_risky_prompts
     from evaluator.shipped import load_advice_prompts
@@ -157,14 +151,12 @@ def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
     gs = settings.gate
     if not gs.steer_prompts:
         notes["steerability"] = "gate.steer_prompts is 0"
-    train_threads, held_out = held_out_threads()
-    say("loading the reward model and the moderator")
-    reward_model = load_reward_model(settings.data_path, train_threads)
-    moderator = load_moderator(moderator_dir(settings.data_path))
+    say(f"loading the {settings.judges.kind} judges")
+    helpful, harmless = load_judges(settings)
     inputs = Inputs(settings=settings, prompts=load_advice_prompts()[: gs.helpfulness_prompts or None],
-                    risky=load_risky_prompts()[: gs.harmlessness_prompts or None], reward_model=reward_model,
-                    scale=ReferenceScale.from_threads(reward_model, train_threads + held_out),
-                    moderator=moderator, hh_subsets=hh_subsets,
+                    risky=load_risky_prompts()[: gs.harmlessness_prompts or None], helpful_judge=helpful,
+                    scale=ReferenceScale(np.sort(np.asarray(helpful.reference, dtype=float))),
+                    harmless_judge=harmless, hh_subsets=hh_subsets,
                     steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say)
     return inputs, notes
 
@@ -186,8 +178,9 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     model, tokenizer = _load(candidate.base_model, candidate.adapter_path, live_adapter)
     cand = measure_side(model, tokenizer, Side(CANDIDATE, CANDIDATE), inputs)
     other = measure_side(model, tokenizer, Side(LIVE, LIVE if live_adapter else None), inputs)
-    say("paired bootstrap intervals")
+    say("paired bootstrap intervals and the judges' validity checks")
     intervals = paired_intervals(cand, other, settings)
+    validity = judge_validity(inputs, cand, other)
     decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals)
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live_subject = live_id or candidate.base_model
@@ -197,9 +190,32 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
                            details={"against": candidate.id, "gated_at": gated_at, **other.details})
     stored = {**decision.as_dict(), "reasons": decision.reasons, "run_id": run_id, "live_release": live_id,
               "candidate": cand.metrics, "live": other.metrics, "intervals": intervals, "notes": notes,
-              "gated_at": gated_at}
+              "judges": validity, "gated_at": gated_at}
     store.set_release_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
     say(decision.summary())
     return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand.metrics, live=other.metrics,
                        live_release_id=live_id, notes=notes, intervals=intervals,
-                       details={"candidate": cand.details, "live": other.details})
+                       details={"candidate": cand.details, "live": other.details, "judges": validity})
+
+
+def judge_validity(inp: Inputs, cand: Any, live: Any) -> dict:
+    """Which judges decided, what they were validated on, and this run's relevance and length checks."""
+    import numpy as np
+
+    from evaluator.judges.validity import length_correlation, relevance
+
+    helpful, harmless = inp.helpful_judge, inp.harmless_judge
+    answers = cand.items["advice_answers"]
+
+    def on_scale(prompts: list[str], texts: list[str]) -> np.ndarray:
+        return inp.scale.percentile(np.asarray(helpful.score(prompts, texts), dtype=float))
+
+    both = cand.items["helpfulness"] + live.items["helpfulness"]
+    validated = {}
+    for judge in (helpful, harmless):  # the trained judges carry their held-out figures; the others none
+        validated.update((getattr(getattr(judge, "head", None), "meta", None) or {}).get("validated", {}))
+    return {"helpfulness_judge": getattr(helpful, "version", type(helpful).__name__),
+            "harmlessness_judge": getattr(harmless, "version", type(harmless).__name__),
+            "relevance": relevance(on_scale, inp.prompts, answers, cand.items["helpfulness"]),
+            "length_spearman": length_correlation(both, answers + live.items["advice_answers"]),
+            "validated": validated}

@@ -52,9 +52,9 @@ class Inputs:
     settings: Any
     prompts: list[str]  # advice requests (helpfulness, self-BLEU)
     risky: list[str]
-    reward_model: Any
-    scale: Any  # evaluator.helpfulness.ReferenceScale of the reward model
-    moderator: Any
+    helpful_judge: Any  # deploy.release.judges.load_judges
+    scale: Any  # evaluator.helpfulness.ReferenceScale: the helpfulness judge's scores of human answers
+    harmless_judge: Any
     hh_subsets: dict | None
     steer_prompts: list[str]
     say: Progress
@@ -106,12 +106,14 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
         advice = answer(inp.prompts)
         inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts")
         risky_answers = answer(inp.risky)
-    help_result = helpfulness_on_prompts(inp.reward_model, inp.scale, inp.prompts, advice)
+    inp.say(f"{side.name}: judging the answers")
+    help_result = helpfulness_on_prompts(inp.helpful_judge, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
     out.items["advice_words"] = [len(a.split()) for a in advice]  # for the length-controlled difference
+    out.items["advice_answers"] = advice  # for the judge's validity checks
     bleu = [b / 100.0 for b in self_bleu_scores(advice)]
     out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu
-    harm = harmlessness(inp.risky, risky_answers, inp.moderator)
+    harm = harmlessness(inp.risky, risky_answers, inp.harmless_judge)
     flagged = {f["prompt"] for f in harm.flagged}
     out.metrics["harmlessness"] = harm.score
     out.items["harmlessness"] = [0.0 if p in flagged else 1.0 for p in inp.risky]

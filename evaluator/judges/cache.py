@@ -1,0 +1,108 @@
+"""Features of the judges' training data, computed once and kept on disk (about an hour here).
+
+    python -m evaluator.judges.cache --hh-dir ../shared/data/hh-rlhf --model-dir DIR --out FILE.npz
+    python -m evaluator.judges.cache --safety --model-dir DIR --out SAFETY.npz
+
+The first writes, for every usable HH pair of every split, the chosen and the rejected answer's
+features with the pair's axis, split, subset and row; re-running resumes (pairs already in the file
+are kept). The second writes the labelled safety set's features: each answer read with its request,
+and each request alone. Training (`evaluator.judges.train`) reads both files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evaluator.judges.data import load_judge_pairs
+from evaluator.judges.features import FeatureConfig, Featurizer, model_fingerprint
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 64, threads: int | None = None) -> Path:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    pairs, left_out = load_judge_pairs(hh_dir)
+    have = _load(out)
+    done = {(s, int(r)) for s, r in zip(have.get("subset", []), have.get("row", []))}
+    todo = [jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done]
+    print(f"{len(pairs)} pairs ({len(done)} cached, {len(todo)} to go); left out: {left_out}", flush=True)
+    feat = Featurizer(model_dir, FeatureConfig())
+    cols = {k: list(v) for k, v in have.items()}
+    t0 = time.time()
+    for start in range(0, len(todo), chunk):
+        part = todo[start: start + chunk]
+        prompts = [jp.pair.prompt for jp in part]
+        chosen = feat.encode(prompts, [jp.pair.chosen for jp in part])
+        rejected = feat.encode(prompts, [jp.pair.rejected for jp in part])
+        for name, values in (("chosen", chosen), ("rejected", rejected), ("axis", [jp.axis for jp in part]),
+                             ("split", [jp.split for jp in part]), ("subset", [jp.pair.subset for jp in part]),
+                             ("row", [jp.pair.row for jp in part])):
+            cols.setdefault(name, []).extend(list(values))
+        _save(out, cols, model_fingerprint(model_dir))
+        n = start + len(part)
+        print(f"{n}/{len(todo)} pairs, {n / (time.time() - t0):.2f} pairs/s", flush=True)
+    return out
+
+
+def _save(out: Path, cols: dict[str, list], fingerprint: str) -> None:
+    tmp = out.with_suffix(".tmp.npz")
+    arrays = {k: np.asarray(v) for k, v in cols.items() if k != "encoder"}
+    arrays["chosen"] = np.stack(cols["chosen"]).astype(np.float32)
+    arrays["rejected"] = np.stack(cols["rejected"]).astype(np.float32)
+    np.savez(tmp, encoder=np.asarray(fingerprint), **arrays)
+    tmp.replace(out)
+
+
+def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
+    import torch
+
+    from evaluator.judges.safety import load_safety_set
+
+    if threads:
+        torch.set_num_threads(threads)
+    items = load_safety_set()
+    feat = Featurizer(model_dir, FeatureConfig())
+    conversations = [[{"role": "user", "content": it.request}] for it in items]
+    answers = feat.encode(conversations, [it.answer for it in items])
+    requests = feat.encode(conversations, [""] * len(items))
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers, requests=requests,
+             id=np.asarray([it.id for it in items]), split=np.asarray([it.split for it in items]),
+             request_key=np.asarray([f"{it.subset}:{it.row}" for it in items]),
+             kind=np.asarray([it.kind for it in items]), model=np.asarray([it.model for it in items]),
+             answer_unsafe=np.asarray([it.answer_unsafe for it in items]),
+             request_harmful=np.asarray([it.request_harmful for it in items]))
+    print(f"{len(items)} safety items -> {out}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hh-dir", type=Path, default=None)
+    ap.add_argument("--safety", action="store_true", help="the labelled safety set instead of the HH pairs")
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.safety:
+        build_safety(args.model_dir, args.out, threads=args.threads)
+    elif args.hh_dir is None:
+        ap.error("--hh-dir is needed for the HH pairs (or pass --safety)")
+    else:
+        build(args.hh_dir, args.model_dir, args.out, threads=args.threads)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""What the judges read of a (conversation, answer): the served model's hidden states, and counts.
+
+A judge is a small trained head over features computed once per answer, so training, the gate
+and the serving guard all call this one function and see the same numbers.
+
+Design choices:
+- The encoder is the served base model, SmolLM2-135M-Instruct, without any adapter: it already
+  reads chat transcripts, its forward pass is what a 2-core CPU can afford per gate answer
+  (about 0.1-0.4 s), and it is built from PyPI like the chat (no model hub).
+- The conversation and the answer are rendered with the model's chat template, as the chat
+  renders them. Long inputs lose the oldest part of the conversation, never the answer's start:
+  the last `max_prompt_tokens` of the prompt and the first `max_answer_tokens` of the answer.
+- Features per answer: the last layer's hidden state averaged over the answer's tokens, the same
+  at the middle layer, the hidden state at the answer's last token, and four scalars - mean and
+  summed log-likelihood of the answer tokens, log(1 + words), log(1 + answer tokens kept).
+  Which of these a judge uses is its own recipe's choice (chosen on a dev split).
+- The forward pass runs under bfloat16 autocast (3x faster than float32 on this CPU, which has
+  AVX512-BF16; hidden states move by about 1 %): the judges are trained and used with the same
+  setting, which is part of their recipe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+Message = dict[str, str]
+
+# Feature blocks, in the order `Featurizer.encode` lays them out.
+BLOCKS = ("mean_last", "mean_mid", "final", "scalars")
+SCALARS = ("loglik_mean", "loglik_sum", "log_words", "log_tokens")
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How an input is cut and batched. Part of a judge's recipe: change it and retrain."""
+
+    max_prompt_tokens: int = 320
+    max_answer_tokens: int = 192
+    max_batch_tokens: int = 4096
+    bf16: bool = True
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+class Featurizer:
+    """Features of (conversation, answer) items from a causal LM directory (the served base model)."""
+
+    def __init__(self, model_dir: str | Path, config: FeatureConfig = FeatureConfig()) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise FileNotFoundError(
+                f"no model at {self.model_dir}: the judges read the served base model; "
+                "build it with `advisor model build --model pretrained`")
+        self.config = config
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        self.model.eval()
+        self.layers = int(self.model.config.num_hidden_layers)
+        self.hidden = int(self.model.config.hidden_size)
+
+    @property
+    def dim(self) -> int:
+        return 3 * self.hidden + len(SCALARS)
+
+    def _ids(self, messages: Sequence[Message], answer: str) -> tuple[list[int], list[int]]:
+        from evaluator.logprobs import render
+
+        prompt, completion = render(self.tokenizer, list(messages), answer)
+        tok = self.tokenizer
+        p = tok(prompt, add_special_tokens=False, verbose=False)["input_ids"][-self.config.max_prompt_tokens:]
+        a = tok(completion, add_special_tokens=False, verbose=False)["input_ids"][: self.config.max_answer_tokens]
+        return list(p), list(a) or [tok.eos_token_id]
+
+    def encode(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
+        """Float32 array (items, dim): the blocks of `BLOCKS`, concatenated."""
+        if len(prompts) != len(answers):
+            raise ValueError(f"{len(prompts)} conversations but {len(answers)} answers")
+        items = [self._ids(p, a) for p, a in zip(prompts, answers)]
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
+        batch: list[int] = []
+        for i in order:
+            longest = max([len(items[j][0]) + len(items[j][1]) for j in batch + [i]])
+            if batch and longest * (len(batch) + 1) > self.config.max_batch_tokens:
+                self._run(batch, items, out)
+                batch = []
+            batch.append(i)
+        if batch:
+            self._run(batch, items, out)
+        for row, answer in enumerate(answers):
+            out[row, -2] = math.log1p(words(answer))
+        return out
+
+    @torch.inference_mode()
+    def _run(self, batch: list[int], items: list[tuple[list[int], list[int]]], out: np.ndarray) -> None:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        width = max(len(p) + len(a) for p, a in (items[i] for i in batch))
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            seq = items[i][0] + items[i][1]
+            ids[r, : len(seq)] = torch.tensor(seq)
+            mask[r, : len(seq)] = 1
+        # The vocabulary projection only where an answer token is predicted: on a 49k vocabulary
+        # it would otherwise cost as much as the transformer.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
+            res = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        last, mid = res.hidden_states[-1].float(), res.hidden_states[self.layers // 2].float()
+        h = self.hidden
+        for r, i in enumerate(batch):
+            p, a = items[i]
+            span = slice(len(p), len(p) + len(a))
+            targets = torch.tensor(a)
+            logits = self.model.lm_head(last[r, len(p) - 1: len(p) + len(a) - 1]).float()
+            token_logp = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+            out[i, :h] = last[r, span].mean(0).numpy()
+            out[i, h: 2 * h] = mid[r, span].mean(0).numpy()
+            out[i, 2 * h: 3 * h] = last[r, len(p) + len(a) - 1].numpy()
+            out[i, 3 * h:] = [float(token_logp.mean()), float(token_logp.sum()), 0.0, math.log1p(len(a))]
+
+
+def block_slices(hidden: int) -> dict[str, slice]:
+    """Where each block of `BLOCKS` lies in a feature row."""
+    return {"mean_last": slice(0, hidden), "mean_mid": slice(hidden, 2 * hidden),
+            "final": slice(2 * hidden, 3 * hidden), "scalars": slice(3 * hidden, 3 * hidden + len(SCALARS))}
+
+
+def select(features: np.ndarray, hidden: int, blocks: Sequence[str], scalars: Sequence[str] = SCALARS) -> np.ndarray:
+    """The columns of the named blocks (and, within "scalars", the named scalars)."""
+    where = block_slices(hidden)
+    parts = []
+    for b in blocks:
+        if b == "scalars":
+            base = where["scalars"].start
+            parts.append(features[:, [base + SCALARS.index(s) for s in scalars]])
+        else:
+            parts.append(features[:, where[b]])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((len(features), 0), dtype=np.float32)
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """The served model's recipe identity, so a judge refuses features from another encoder."""
+    import json
+
+    info = Path(model_dir) / "model_info.json"
+    if info.is_file():
+        meta = json.loads(info.read_text())
+        return f"{meta.get('package', '?')}=={meta.get('version', '?')}:{str(meta.get('gguf_sha256', ''))[:12]}"
+    return Path(model_dir).name
+
+
+def device_threads(n: int | None) -> Any:
+    if n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()

@@ -1,0 +1,224 @@
+"""Train the judges' heads, choose their settings on dev, score test once, write the shipped weights.
+
+    python -m evaluator.judges.train --features .cache/judges/hh_features.npz \
+        --safety-features .cache/judges/safety_features.npz [--out evaluator/judges/weights]
+
+The recipe, in order:
+1. Helpfulness: Bradley-Terry heads on the helpful train pairs, one per (feature blocks, C) in
+   `GRID`; the one with the best dev accuracy is kept, refitted on train + dev, and scored on test.
+2. Harmlessness: the same on harmless-base pairs, fitted together with the safety set's labelled
+   answers of its train part (`evaluator.judges.safety.split_of`); the unsafe threshold is the one
+   that maximises F1 on the train part's cross-validated probabilities; precision and recall are
+   reported on the safety set's held-out part.
+3. A request head on the safety set's requests (harmful or not), its threshold chosen the same way.
+The figures (dev and test accuracy with 95 % bootstrap intervals, the safety set's precision and
+recall) go into `recipe.json` beside the weights; `tests/test_judges.py` fails when the recipe
+file's inputs move without the weights being retrained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from evaluator.judges.features import SCALARS, FeatureConfig
+from evaluator.judges.head import HeadSpec, LinearHead, fit_head, pair_accuracy
+from evaluator.judges.judge import WEIGHTS_DIR
+from evaluator.paired import bootstrap_mean
+
+VERSION = "1"
+BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
+                 ("mean_last", "mean_mid", "final", "scalars"), ("mean_mid", "scalars"))
+C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
+
+
+def _interval(hits: np.ndarray) -> dict:
+    b = bootstrap_mean(hits.tolist())
+    return {"accuracy": round(b["value"], 4), "interval": [round(x, 4) for x in b["ci95"]], "pairs": b["n"]}
+
+
+def _pairs(data: dict, axis: str, splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    keep = (data["axis"] == axis) & np.isin(data["split"], splits)
+    return data["chosen"][keep], data["rejected"][keep]
+
+
+def choose(data: dict, axis: str, hidden: int, items=None, labels=None, grid=GRID, say=print) -> tuple[HeadSpec, list]:
+    """The spec with the best dev pair accuracy (ties: the simpler, earlier in the grid)."""
+    tb, tw = _pairs(data, axis, ("train",))
+    db, dw = _pairs(data, axis, ("dev",))
+    scores = []
+    for spec in grid:
+        head = fit_head(spec, hidden, tb, tw, items, labels)
+        acc = float(pair_accuracy(head, db, dw).mean())
+        scores.append({"blocks": list(spec.blocks), "C": spec.C, "dev": round(acc, 4)})
+        say(f"  {axis} {'+'.join(spec.blocks):40s} C={spec.C:<7} dev {acc:.3f}")
+    best = max(range(len(grid)), key=lambda i: (scores[i]["dev"], -i))
+    return grid[best], scores
+
+
+def train_helpful(data: dict, hidden: int, say=print) -> tuple[LinearHead, dict]:
+    spec, grid = choose(data, "helpful", hidden, say=say)
+    head = fit_head(spec, hidden, *_pairs(data, "helpful", ("train", "dev")))
+    test = pair_accuracy(head, *_pairs(data, "helpful", ("test",)))
+    dev_best = max(g["dev"] for g in grid)
+    return head, {"spec": asdict(spec), "dev_accuracy": dev_best, "test": _interval(test), "grid": grid}
+
+
+def _f1_threshold(probs: np.ndarray, labels: np.ndarray) -> float:
+    """The probability cut with the best F1 of the positive class (ties: the higher cut)."""
+    best, cut = -1.0, 0.5
+    for t in np.unique(np.round(probs, 3)):
+        pred = probs >= t
+        tp = float((pred & labels).sum())
+        f1 = 2 * tp / max(1.0, pred.sum() + labels.sum())
+        if f1 >= best:
+            best, cut = f1, float(t)
+    return cut
+
+
+def precision_recall(probs: np.ndarray, labels: np.ndarray, threshold: float) -> dict:
+    pred = probs >= threshold
+    tp, fp, fn = int((pred & labels).sum()), int((pred & ~labels).sum()), int((~pred & labels).sum())
+    return {"threshold": round(threshold, 3), "precision": round(tp / max(1, tp + fp), 3),
+            "recall": round(tp / max(1, tp + fn), 3), "positives": int(labels.sum()), "items": int(len(labels)),
+            "flagged": int(pred.sum()), "false_positive_rate": round(fp / max(1, int((~labels).sum())), 3)}
+
+
+def cv_probabilities(spec: HeadSpec, hidden: int, better, worse, items, labels, groups, folds: int = 5) -> np.ndarray:
+    """Each labelled item's probability from a head fitted without its group (its request)."""
+    keys = np.array([int(hashlib.sha256(str(g).encode()).hexdigest()[:8], 16) % folds for g in groups])
+    out = np.zeros(len(items))
+    for k in range(folds):
+        test = keys == k
+        head = fit_head(spec, hidden, better, worse, items[~test], labels[~test])
+        out[test] = head.probability(items[test])
+    return out
+
+
+def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[LinearHead, dict]:
+    """Pairs (the less harmful answer higher) and the safety set's train answers, one score."""
+    train = safety["split"] == "train"
+    items, labels, groups = safety["answers"][train], safety["answer_unsafe"][train].astype(bool), safety["request_key"][train]
+    # Pairs say the chosen (less harmful) side scores lower on risk: "better" for the risk score is the rejected.
+    tb, tw = _pairs(data, "harmless", ("train",))
+    db, dw = _pairs(data, "harmless", ("dev",))
+    scores = []
+    for spec in GRID:
+        head = fit_head(spec, hidden, tw, tb, items, labels)
+        acc = float((head.score(dw) > head.score(db)).mean())
+        scores.append({"blocks": list(spec.blocks), "C": spec.C, "dev": round(acc, 4)})
+        say(f"  harmless {'+'.join(spec.blocks):40s} C={spec.C:<7} dev {acc:.3f}")
+    spec = GRID[max(range(len(GRID)), key=lambda i: (scores[i]["dev"], -i))]
+    pb, pw = _pairs(data, "harmless", ("train", "dev"))
+    threshold = _f1_threshold(cv_probabilities(spec, hidden, pw, pb, items, labels, groups), labels)
+    head = fit_head(spec, hidden, pw, pb, items, labels)
+    ob, ow = _pairs(data, "harmless", ("test",))
+    test = (head.score(ow) > head.score(ob)).astype(float)
+    held = safety["split"] == "held_out"
+    held_pr = precision_recall(head.probability(safety["answers"][held]), safety["answer_unsafe"][held].astype(bool),
+                               threshold)
+    head.meta["threshold"] = threshold
+    return head, {"spec": asdict(spec), "dev_accuracy": max(g["dev"] for g in scores), "test": _interval(test),
+                  "safety_held_out": held_pr, "grid": scores}
+
+
+def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
+    """P(request seeks harmful help), on the safety set's requests (one row per request)."""
+    _, first = np.unique(safety["request_key"], return_index=True)
+    req = {k: v[first] for k, v in safety.items() if k not in ("encoder",)}
+    train = req["split"] == "train"
+    x, y, g = req["requests"][train], req["request_harmful"][train].astype(bool), req["request_key"][train]
+    empty = np.zeros((0, x.shape[1]), dtype=np.float32)
+    best = None
+    for c in C_CHOICES:
+        spec = HeadSpec(blocks=("mean_last", "final", "scalars"), C=c)
+        probs = cv_probabilities(spec, hidden, empty, empty, x, y, g)
+        auc = _auc(probs, y)
+        if best is None or auc > best[0]:
+            best = (auc, spec, probs)
+    auc, spec, probs = best
+    threshold = _f1_threshold(probs, y)
+    head = fit_head(spec, hidden, empty, empty, x, y)
+    head.meta["threshold"] = threshold
+    held = ~train
+    return head, {"spec": asdict(spec), "cv_auc": round(auc, 3),
+                  "held_out": precision_recall(head.probability(req["requests"][held]),
+                                               req["request_harmful"][held].astype(bool), threshold)}
+
+
+def _auc(probs: np.ndarray, labels: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, probs)) if 0 < labels.sum() < len(labels) else 0.5
+
+
+def reference_scores(head: LinearHead, data: dict) -> np.ndarray:
+    """Scores of every human answer (chosen and rejected) of the helpful dev split: the percentile scale."""
+    b, w = _pairs(data, "helpful", ("dev",))
+    return np.concatenate([head.score(b), head.score(w)])
+
+
+def recipe_inputs() -> dict:
+    """Everything the shipped weights depend on besides the data itself: change any of it and the
+    weights are stale (the test compares `recipe_hash()` with the one in recipe.json)."""
+    from evaluator.judges import data
+    from evaluator.judges.safety import SAFETY_SET
+
+    return {"version": VERSION, "grid": [asdict(g) for g in GRID], "features": asdict(FeatureConfig()),
+            "shares": data.SHARES, "reserved_below": data.RESERVED_BELOW,
+            "gate_rows": hashlib.sha256(json.dumps(sorted(data.gate_rows())).encode()).hexdigest()[:16],
+            "safety_set": fingerprint(SAFETY_SET) if SAFETY_SET.is_file() else None}
+
+
+def recipe_hash() -> str:
+    return hashlib.sha256(json.dumps(recipe_inputs(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--features", type=Path, required=True)
+    ap.add_argument("--safety-features", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    args = ap.parse_args()
+    with np.load(args.features, allow_pickle=False) as f:
+        data = {k: f[k] for k in f.files}
+    hidden = (data["chosen"].shape[1] - len(SCALARS)) // 3
+    meta = {"version": VERSION, "encoder": str(data["encoder"]), "features": asdict(FeatureConfig())}
+    recipe = {"version": VERSION, "recipe_hash": recipe_hash(), "encoder": meta["encoder"],
+              "features_file": fingerprint(args.features)}
+    head, recipe["helpful"] = train_helpful(data, hidden)
+    head.meta.update(meta, validated={"hh_helpful_test": recipe["helpful"]["test"]})
+    head.save(args.out / "helpful")
+    np.savez(args.out / "helpful_reference.npz", scores=reference_scores(head, data))
+    if args.safety_features is not None:
+        with np.load(args.safety_features, allow_pickle=False) as f:
+            safety = {k: f[k] for k in f.files}
+        head, recipe["harmless"] = train_harmless(data, safety, hidden)
+        head.meta.update(meta, validated={"hh_harmless_test": recipe["harmless"]["test"],
+                                          "safety_held_out": recipe["harmless"]["safety_held_out"]})
+        head.save(args.out / "harmless")
+        head, recipe["request"] = train_request(safety, hidden)
+        head.meta.update(meta)
+        head.save(args.out / "request")
+    for axis in ("helpful", "harmless", "request"):
+        if axis in recipe:
+            print(axis, json.dumps({k: v for k, v in recipe[axis].items() if k != "grid"}))
+    (args.out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
