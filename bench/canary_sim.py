@@ -13,8 +13,8 @@ code as the service (`evaluator.sequential.difference_sequence`), and the first 
 
 Canaries: equal to live; better (bad −0.05, good +0.05); slightly worse than the tolerance
 allows (bad + 1.5 × the tolerance); clearly worse (bad +0.20, good −0.20); each at the
-tolerances 0.05 and 0.10. Wrong
-decisions: rolling back an equal or better canary, promoting a slightly or clearly worse one.
+tolerances 0.05 and 0.10. Wrong decisions: rolling back an equal or better canary, promoting a
+worse one.
 Compared rules, same data:
 - `always-valid`: the service's rule with its defaults (α 0.05, τ 0.1, `min_answers` 30, roll back
   when shown worse at all, `rollback_margin` 0), then one of them changed at a time: τ, α and
