@@ -284,19 +284,43 @@ class CanarySettings:
     # user id under a key made for each canary), the rest keep the live release.
     enabled: bool = True
     share: float = pydantic.Field(default=0.2, gt=0.0, lt=1.0)
-    # The canary ends after its arm has served this many conversations, or after `max_hours`,
-    # whichever comes first; then it is promoted or rolled back by the rule below.
+    # The deadline: the canary ends after its arm has served this many conversations, or after
+    # `max_hours`, whichever comes first. If the rule has decided nothing by then the outcome is
+    # "inconclusive": the live release stays, the canary stops serving, its release stays a
+    # candidate. bench/canary_sim.py (docs/canary.md): by 600 canary answers (~200 conversations
+    # of 3 answers) an equal canary is promoted 77 % of the time at tolerance 0.10 (8.5 % at 0.05)
+    # and a clearly worse one rolled back always; by 60 answers only a clearly worse one is caught
+    # (69-70 %), the rest end inconclusive.
     max_conversations: int = pydantic.Field(default=200, ge=1)
     max_hours: float = pydantic.Field(default=24.0, gt=0)
-    # Rule (README, "Release stages"): per answer, good = liked or followed by mined positive
-    # feedback; bad = disliked or followed by a rephrase or a correction. 95 % bootstrap intervals
-    # of canary − live (users resampled within each arm). Roll back at any check once both arms
-    # have `min_answers` answers and the canary is clearly worse (bad-rate interval above 0, or
-    # good-rate interval below 0). At the end: promote when non-inferior (bad-rate upper end
-    # ≤ tolerance and good-rate lower end ≥ −tolerance), else roll back.
+    # Rule (deploy/release/canary.py): per answer, good = liked or followed by mined positive
+    # feedback; bad = disliked or followed by a rephrase or a correction. For both rates an
+    # always-valid confidence sequence of canary − live (normal mixture, answers clustered by
+    # user), so the rule may be checked as often as it likes. Once both arms have `min_answers`
+    # answers, at any check: roll back when the canary is shown worse by more than
+    # `rollback_margin` (bad-rate lower end above it, or good-rate upper end below minus it);
+    # promote when shown non-inferior (bad-rate upper end ≤ tolerance and good-rate lower end
+    # ≥ −tolerance). Simulated: 20 instead of 30 catches a clearly worse 60-answer canary 71 %
+    # of the time instead of 69 % but rolls back more equal ones (1.2 % vs 0.8 %; 4.0 vs 3.4 % at
+    # 600 answers); 60 cuts the 69 % to 20 %.
     min_answers: int = pydantic.Field(default=30, ge=1)
     tolerance: float = pydantic.Field(default=0.05, ge=0.0)
-    bootstrap: int = pydantic.Field(default=2000, ge=100)
+    # Chance, over the canary's whole life however often it is checked, of rolling back a canary
+    # as good as live (half of it per rate), and of promoting one worse than the tolerance in a
+    # rate. Measured at 0.05 with checks every 10 canary answers: 0.8 % (60 answers) and 3.4 %
+    # (600) of equal canaries rolled back, against 26 % for a fixed 95 % interval checked as often.
+    alpha: float = pydantic.Field(default=0.05, gt=0.0, lt=1.0)
+    # Mixture scale τ of the sequence: the interval is narrowest (≈ 3 standard errors) where the
+    # standard error is τ/2.8. Simulated at rates near 0.2-0.3: τ 0.05 catches a clearly worse
+    # 60-answer canary 48 % of the time (0.1: 69 %, 0.2: 74 %); τ 0.2 promotes an equal 600-answer
+    # one less often (73 % vs 77 % at tolerance 0.10) and rolls back equal ones a little more
+    # (4.1 vs 3.9 %); 0.025 is far worse on both (16 %, 50 %).
+    mixture_scale: float = pydantic.Field(default=0.1, gt=0.0)
+    # Roll back when the canary is shown worse than live by more than this (0: shown worse at
+    # all). Rolling back only beyond the tolerance instead caught a canary 1.5 × the tolerance
+    # worse 5 % of the time by 600 answers, against 60 % at 0; an equal canary is rolled back
+    # ≤ α either way.
+    rollback_margin: float = pydantic.Field(default=0.0, ge=0.0)
     # How often the service checks the running canary (0 = only by hand or at the next cycle).
     check_every_minutes: float = pydantic.Field(default=10.0, ge=0)
     # Mine the feedback of the canary's conversations before each check (the fast extractor).

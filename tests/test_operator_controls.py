@@ -78,3 +78,7 @@ def test_canary_panel_shows_both_arms_and_acts():
     assert note.startswith("✅") and done == ["rollback"]
     assert panel.act(_Ctx(admin=False), "promote", None)[0] == "denied" and done == ["rollback"]
     assert "none yet" in status_markdown({"canary": None})
+    ended = {"canary": {**overview["canary"], "state": "inconclusive", "ended_by": "rule",
+                        "outcome": "neither worse nor non-inferior shown; the live release stays"}, "verdict": verdict}
+    text = status_markdown(ended)
+    assert "**inconclusive**" in text and "Inconclusive:" in text and "the live release stays" in text

@@ -3,7 +3,8 @@
 With `--url` the running service does it (`/api/admin/canary…`): routing changes at once and a
 promotion hot-swaps the adapter. Without it the store is changed directly (the service stopped);
 a service picks the canary up when it starts. `status` prints both arms side by side with the
-rule's current verdict; `check` judges now and acts on the verdict (promote or roll back).
+rule's current verdict; `check` judges now and acts on the verdict (promote, roll back, or at
+the deadline end it inconclusive: live stays, the release stays a candidate).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _print(overview: dict, as_json: bool) -> None:
     Console().print(table)
     err.print(f"rule: {verdict.get('action', '—')}: {verdict.get('reason', '')}")
     if canary.get("outcome"):
-        err.print(f"ended ({canary.get('ended_by')}): {canary['outcome']}")
+        err.print(f"ended ({canary.get('ended_by')}, {canary.get('state')}): {canary['outcome']}")
 
 
 def _pct(x: float | None) -> str:
@@ -121,7 +122,7 @@ def _end(ctx: typer.Context, action: str, url: Optional[str], token: Optional[st
 
 @canary_app.command("check")
 def check_cmd(ctx: typer.Context, url: Optional[str] = URL, token: Optional[str] = TOKEN) -> None:
-    """Judge the canary now by the rule and act on the verdict (continue, promote or roll back)."""
+    """Judge the canary now by the rule and act on the verdict (continue, promote, roll back or inconclusive)."""
     _end(ctx, "check", url, token)
 
 

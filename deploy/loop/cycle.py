@@ -22,7 +22,8 @@ Design choices:
 - Evaluate and gate are one step (`deploy.release.evaluate.gate_candidate`): candidate and live are
   scored in the same run. The release step follows a passing decision and `gate.auto_promote`:
   with `canary.enabled` it starts the candidate's canary (`deploy.release.canary`), which the
-  service's canary check later promotes or rolls back on live feedback; otherwise it promotes.
+  service's canary check later promotes, rolls back or ends inconclusive on live feedback;
+  otherwise it promotes.
 - Cancellable between and inside steps (`CycleDeps.cancelled`): the training subprocess is
   cancelled, the gate stops at its next progress report, and a release the gate had registered
   but not yet decided is marked rejected ("cancelled"), so a cancelled cycle leaves no half release.

@@ -14,7 +14,8 @@
   `run_cycle` stops at its next check and leaves no half release (see `deploy.loop.cycle`).
 - `gate`: one training run gated inside the service (`advisor release gate RUN --url`); never
   promotes. `canary`: the periodic check of a running canary (`canary.check_every_minutes`):
-  judge it on its users' feedback (after mining the latest turns) and promote or roll it back.
+  judge it on its users' feedback (after mining the latest turns) and promote it, roll it back,
+  or at its deadline end it inconclusive (live stays).
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ def register_canary_job(registry: JobRegistry, ctx: JobContext) -> None:
                            trigger="canary", chunk_size=runner.chunk_size, wait=True)
         return check_in_service(services)
 
-    registry.add("canary", canary, description="Judge the running canary on its users' feedback; promote it or "
-                                               "roll it back by the rule.",
+    registry.add("canary", canary, description="Judge the running canary on its users' feedback; promote it, "
+                                               "roll it back or end it inconclusive by the rule.",
                  every_minutes=settings.canary.check_every_minutes or None)
 
 

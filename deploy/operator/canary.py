@@ -55,6 +55,9 @@ def status_markdown(overview: dict) -> str:
              f"conversations or at {str(canary.get('ends_at', ''))[:16].replace('T', ' ')} UTC."]
     if verdict:
         lines.append(f"**Rule:** {verdict.get('action')} — {verdict.get('reason')}")
+    if canary.get("state") == "inconclusive":  # not a verdict on the release: it stays a candidate
+        lines.append("**Inconclusive:** by its deadline the rule showed the canary neither worse than live nor "
+                     "non-inferior; live stays, the canary no longer serves anyone.")
     if canary.get("outcome"):
         lines.append(f"**Ended** by {canary.get('ended_by')}: {canary['outcome']}")
     return "\n\n".join(lines)

@@ -1,14 +1,15 @@
 """Canary releases: a release that passed the gate serves a share of users and is judged online.
 
     start_canary(store, backend, release_id, settings)        # after the gate (the cycle does it)
-    verdict = judge(store, canary, settings)                  # continue | promote | rollback
+    verdict = judge(store, canary, settings)                  # continue | promote | rollback | inconclusive
     finish(store, backend, canary, verdict.action, ...)       # or by hand: promote / rollback / stop
 
 Design choices:
 - State on the release row, no migration: a canary is a release with status `candidate` whose
   `decision["canary"]` says `state: running` (with its key, share, start, budget and the last
   check's numbers). Ending it writes the outcome there too: `promoted` (the release goes live),
-  `rolled_back` (status `rejected`) or `stopped` (by hand; it stays a candidate). Every replica
+  `rolled_back` (status `rejected`), `inconclusive` (the rule could not tell by the deadline; it
+  stays a candidate) or `stopped` (by hand; it stays a candidate). Every replica
   reads the same row, so they route users alike.
 - Sticky, unguessable assignment: a user is in the canary arm when HMAC-SHA256(key, user id),
   read as a number in [0, 1), is below `share`. The key is random per canary, so each canary
@@ -17,15 +18,19 @@ Design choices:
 - Two arms in one server: the canary's adapter is loaded beside the live one under its release id
   (`backend.load_adapter`) and each request of a canary user pins it by name; everyone else gets
   the active (live) adapter. Each answer stores its release and arm (`generation.arm`).
-- The rule (see `judge`; README, "Release stages"): per answer, good = liked or followed by mined
-  positive feedback; bad = disliked, or followed by a rephrase or a correction. Rates per arm,
-  95 % percentile bootstrap intervals of canary − live, resampling *users* within each arm (a
-  user's answers are not independent of each other). Roll back at any check once both arms have
-  `min_answers`, when the canary is clearly worse (bad-rate interval entirely above 0, or good-rate
-  interval entirely below 0). When the budget is spent (`max_conversations` canary conversations
-  or `max_hours`): promote when non-inferior (bad-rate upper end ≤ tolerance and good-rate lower end
-  ≥ −tolerance), else roll back — including when too few answers came to show anything. Repeated
-  looks inflate the chance of a needless rollback, the safe error; promotion is decided once.
+- The rule (see `judge`; docs/canary.md): per answer, good = liked or followed by mined positive
+  feedback; bad = disliked, or followed by a rephrase or a correction. For both rates, an
+  always-valid 1 − α confidence sequence of canary − live (`evaluator.sequential`: normal mixture,
+  variance clustered by user), so checking as often as we like does not add false alarms. Once
+  both arms have `min_answers`, at any check: roll back when it shows the canary worse than live
+  by more than `rollback_margin` (0: worse at all; bad-rate lower end above it, or good-rate upper
+  end below minus it); else promote when it shows non-inferiority (bad-rate upper end ≤ tolerance
+  and good-rate lower end ≥ −tolerance).
+  When the budget is spent (`max_conversations` canary conversations or `max_hours`) with
+  neither shown, or too few answers, the outcome is `inconclusive`: the live release stays, the
+  canary stops serving and its release stays a candidate (its canary can be started again).
+  α is split evenly between the two rates' sides, so the chance of rolling back a canary as good
+  as live is ≤ α in all, however often it is checked (bench/canary_sim.py measures it).
 """
 
 from __future__ import annotations
@@ -41,10 +46,15 @@ from typing import Any
 import numpy as np
 
 from deploy.release.registry import ReleaseError, promote, swap_lock
+from evaluator.sequential import ArmSums, difference_sequence
 from feedback.store import Release, Store
 from feedback.store.outcomes import AnswerOutcome, answer_outcomes
 
 LIVE_ARM, CANARY_ARM = "live", "canary"
+# How each ending is written on the release row (`decision.canary.state`).
+ENDINGS = {"promote": "promoted", "rollback": "rolled_back", "inconclusive": "inconclusive", "stop": "stopped"}
+INCONCLUSIVE_NEXT = ("the live release stays and this release stays a candidate: start its canary again for more "
+                     "answers (a longer `canary.max_hours` or larger `canary.share`), or promote it by hand")
 RATES = ("like", "dislike", "positive", "rephrase", "correction", "continued", "good", "bad")
 
 
@@ -99,7 +109,9 @@ def start_canary(store: Store, backend: Any, release_id: str, settings: Any, *, 
              "started_at": started.isoformat(timespec="seconds"),
              "ends_at": (started + timedelta(hours=cs.max_hours)).isoformat(timespec="seconds"),
              "max_conversations": cs.max_conversations, "min_answers": cs.min_answers,
-             "tolerance": cs.tolerance, "live_release": live.id if live else None, "checks": 0}
+             "tolerance": cs.tolerance, "alpha": cs.alpha, "mixture_scale": cs.mixture_scale,
+             "rollback_margin": cs.rollback_margin,
+             "live_release": live.id if live else None, "checks": 0}
     return store.set_release_status(release_id, "candidate", decision={**release.decision, "canary": state})
 
 
@@ -125,10 +137,10 @@ class ArmStats:
 
 @dataclass
 class Verdict:
-    action: str  # continue | promote | rollback
+    action: str  # continue | promote | rollback | inconclusive
     reason: str
     arms: dict[str, dict] = field(default_factory=dict)
-    intervals: dict[str, dict] = field(default_factory=dict)  # good / bad: canary − live
+    intervals: dict[str, dict] = field(default_factory=dict)  # good / bad: canary − live, always valid
     checked_at: str = field(default_factory=lambda: _now().isoformat(timespec="seconds"))
 
     def as_dict(self) -> dict:
@@ -150,7 +162,7 @@ def arm_stats(outcomes: list[AnswerOutcome]) -> ArmStats:
 
 
 def _per_user(outcomes: list[AnswerOutcome], rate: str) -> tuple[np.ndarray, np.ndarray]:
-    """(events, answers) per user: the unit the bootstrap resamples."""
+    """(events, answers) per user: the clusters of the variance."""
     users: dict[str, list[int]] = {}
     for o in outcomes:
         cell = users.setdefault(o.user_id, [0, 0])
@@ -160,18 +172,15 @@ def _per_user(outcomes: list[AnswerOutcome], rate: str) -> tuple[np.ndarray, np.
     return arr[:, 0], arr[:, 1]
 
 
-def rate_interval(canary: list[AnswerOutcome], live: list[AnswerOutcome], rate: str, *, n_boot: int = 2000,
-                  seed: int = 0) -> dict:
-    """95 % bootstrap interval of canary − live for `rate`, users resampled within each arm."""
-    (ce, ca), (le, la) = _per_user(canary, rate), _per_user(live, rate)
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(n_boot)
-    for b in range(n_boot):
-        ic, il = rng.integers(0, len(ca), len(ca)), rng.integers(0, len(la), len(la))
-        diffs[b] = ce[ic].sum() / max(ca[ic].sum(), 1) - le[il].sum() / max(la[il].sum(), 1)
-    low, high = np.quantile(diffs, [0.025, 0.975])
-    return {"diff": float(ce.sum() / ca.sum() - le.sum() / la.sum()), "low": float(low), "high": float(high),
-            "users": [len(ca), len(la)]}
+def rate_interval(canary: list[AnswerOutcome], live: list[AnswerOutcome], rate: str, *, alpha: float,
+                  tau: float) -> dict:
+    """The always-valid 1 − α interval of canary − live for `rate` (`evaluator.sequential`),
+    answers clustered by user within each arm."""
+    sums = [ArmSums.of(*_per_user(rows, rate)) for rows in (canary, live)]
+    seq = difference_sequence(*sums, alpha=alpha, tau=tau)
+    return {"diff": float(seq["diff"]), "low": float(seq["low"]), "high": float(seq["high"]),
+            "se": float(np.sqrt(seq["variance"])), "users": [int(x.users) for x in sums],
+            "answers": [int(x.answers) for x in sums], "alpha": alpha, "tau": tau}
 
 
 def outcomes_by_arm(store: Store, canary: Release) -> dict[str, list[AnswerOutcome]]:
@@ -195,24 +204,28 @@ def judge(store: Store, canary: Release, settings: Any, *, now: datetime | None 
         ended_by = f"{state['ends_at']} reached"
     need = state.get("min_answers", cs.min_answers)
     tol = state.get("tolerance", cs.tolerance)
+    alpha, tau = state.get("alpha", cs.alpha), state.get("mixture_scale", cs.mixture_scale)
+    margin = state.get("rollback_margin", cs.rollback_margin)
     counts = f"canary {stats[CANARY_ARM]['answers']}, live {stats[LIVE_ARM]['answers']} answers"
     if min(stats[CANARY_ARM]["answers"], stats[LIVE_ARM]["answers"]) < need:
         if ended_by:
-            return Verdict("rollback", f"budget spent ({ended_by}) with too few answers to show the canary is not "
-                                       f"worse ({counts}; need {need} per arm)", stats)
+            return Verdict("inconclusive", f"budget spent ({ended_by}) with too few answers to judge ({counts}; "
+                                           f"need {need} per arm); {INCONCLUSIVE_NEXT}", stats)
         return Verdict("continue", f"collecting: {counts} (need {need} per arm)", stats)
-    ivs = {rate: rate_interval(arms[CANARY_ARM], arms[LIVE_ARM], rate, n_boot=cs.bootstrap)
-           for rate in ("bad", "good")}
+    ivs = {rate: rate_interval(arms[CANARY_ARM], arms[LIVE_ARM], rate, alpha=alpha, tau=tau) for rate in ("bad", "good")}
     bad, good = ivs["bad"], ivs["good"]
     shown = (f"bad rate Δ {bad['diff']:+.3f} [{bad['low']:+.3f}, {bad['high']:+.3f}], good rate Δ "
-             f"{good['diff']:+.3f} [{good['low']:+.3f}, {good['high']:+.3f}] (canary − live, 95% CI; {counts})")
-    if bad["low"] > 0 or good["high"] < 0:
-        return Verdict("rollback", f"canary clearly worse: {shown}", stats, ivs)
-    if not ended_by:
-        return Verdict("continue", f"no harm shown yet: {shown}", stats, ivs)
+             f"{good['diff']:+.3f} [{good['low']:+.3f}, {good['high']:+.3f}] (canary − live, always-valid "
+             f"{100 * (1 - alpha):.0f}% interval; {counts})")
+    if bad["low"] > margin or good["high"] < -margin:  # checked first: a canary shown worse is never promoted
+        worse = f"by more than {margin:.2f}" if margin else "than live"
+        return Verdict("rollback", f"canary shown worse {worse}: {shown}", stats, ivs)
     if bad["high"] <= tol and good["low"] >= -tol:
-        return Verdict("promote", f"non-inferior within {tol:.2f} after {ended_by}: {shown}", stats, ivs)
-    return Verdict("rollback", f"not shown non-inferior within {tol:.2f} after {ended_by}: {shown}", stats, ivs)
+        return Verdict("promote", f"non-inferior within {tol:.2f}: {shown}", stats, ivs)
+    if ended_by:
+        return Verdict("inconclusive", f"neither worse nor non-inferior shown within {tol:.2f} after {ended_by}: "
+                                       f"{shown}; {INCONCLUSIVE_NEXT}", stats, ivs)
+    return Verdict("continue", f"not decided yet: {shown}", stats, ivs)
 
 
 def record_check(store: Store, canary: Release, verdict: Verdict) -> Release:
@@ -225,14 +238,15 @@ def record_check(store: Store, canary: Release, verdict: Verdict) -> Release:
 
 
 def finish(store: Store, backend: Any, canary: Release, action: str, reason: str, *, by: str = "rule") -> Release:
-    """End the canary: `promote` (it goes live), `rollback` (rejected) or `stop` (stays a
-    candidate). The canary's adapter is left loaded only when it goes live."""
-    if action not in ("promote", "rollback", "stop"):
+    """End the canary: `promote` (it goes live), `rollback` (rejected), `inconclusive` (the rule
+    could not tell by the deadline) or `stop` (by hand); after the last two it stays a candidate.
+    The live release keeps serving everyone unless it is promoted."""
+    if action not in ENDINGS:
         raise ValueError(f"unknown canary action {action!r}")
     state = canary_state(canary)
     if state.get("state") != "running":
         raise ReleaseError(f"Release {canary.id} has no running canary (state: {state.get('state', 'none')}).")
-    ended = {**state, "state": {"promote": "promoted", "rollback": "rolled_back", "stop": "stopped"}[action],
+    ended = {**state, "state": ENDINGS[action],
              "ended_at": _now().isoformat(timespec="seconds"), "ended_by": by, "outcome": reason}
     decision = {**canary.decision, "canary": ended}
     if action == "promote":
