@@ -22,8 +22,8 @@ import json
 from dataclasses import replace
 
 import pytest
-from conftest import test_cache_dir as cache_dir
-from conftest import test_output_dir as output_dir
+from conftest import cache_dir
+from conftest import outputs_dir
 
 from evaluator.steerability import PROMPTS as STEER_PROMPTS
 
@@ -139,7 +139,7 @@ def steering(no_steering_model_dir, tmp_path_factory):
            "mean_words_before": {v: sum(y for x, y in zip(*before) if x == v) / len(prompts) for v in VERBOSITIES},
            "mean_words_after": {v: sum(y for x, y in zip(*after) if x == v) / len(prompts) for v in VERBOSITIES},
            "steps": SFT_STEPS, "learning_rate": SFT_LR, "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT}
-    (output_dir() / "acsft-steering.json").write_text(json.dumps(out, indent=2) + "\n")
+    (outputs_dir() / "acsft-steering.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

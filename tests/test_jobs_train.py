@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from conftest import test_cache_dir as cache_dir
+from conftest import cache_dir
 from service_helpers import start_service, tiny_settings
 from test_trainer_runs import _populate, wait_until
 

@@ -38,8 +38,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import test_cache_dir as cache_dir
-from conftest import test_output_dir as output_dir
+from conftest import cache_dir
+from conftest import outputs_dir
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
 from deploy.loop.simulate import ReactionRates
@@ -254,7 +254,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     out["base_mean_words"] = statistics.mean(base_answers["words"].values())
     out["base_words_by_verbosity"] = base_answers["words"]
     out["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
-    (output_dir() / f"learning-{prefer}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    (outputs_dir() / f"learning-{prefer}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out
 
 

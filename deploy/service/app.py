@@ -29,8 +29,8 @@ from chat.backends import Backend, BackendError
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
 from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages, review_routes
 from deploy.service.auth import Auth, Identity, session_secret
+from deploy.service.caller import IdentityMiddleware
 from deploy.service.errors import install_error_handlers
-from deploy.service.identity import IdentityMiddleware
 from deploy.service.metrics import Metrics, MetricsMiddleware
 from deploy.service.replicas import start_coordinator
 from deploy.service.state import Services

@@ -2,7 +2,7 @@
 sentence together with the request and the answer before it, fine-tuned from all-MiniLM-L6-v2 on
 the real gold set; its class probabilities are mixed with the sentence classifier's.
 
-    advisor extract build-reranker                          # train + dev (+ templated dev): ~25 min on 2 cores
+    advisor extract build-reranker                          # train + dev (+ templated dev)
     python -m feedback.extract.train_rerank DIR --holdout-dev   # dev left out, to choose the mix on it
     advisor extract eval --split test --reranker DIR        # the fast extractor with it
 
