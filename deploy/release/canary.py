@@ -17,7 +17,7 @@ Design choices:
 - Two arms in one server: the canary's adapter is loaded beside the live one under its release id
   (`backend.load_adapter`) and each request of a canary user pins it by name; everyone else gets
   the active (live) adapter. Each answer stores its release and arm (`generation.arm`).
-- The rule (see `judge`; README, "Release stages"): per answer, good = liked or followed by mined
+- The rule (see `judge`; docs/release.md, "The canary"): per answer, good = liked or followed by mined
   positive feedback; bad = disliked, or followed by a rephrase or a correction. Rates per arm,
   95 % percentile bootstrap intervals of canary − live, resampling *users* within each arm (a
   user's answers are not independent of each other). Roll back at any check once both arms have

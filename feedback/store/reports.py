@@ -64,7 +64,7 @@ def stats(store: Store) -> dict[str, Any]:
 
 
 def overview(store: Store) -> dict:
-    """`stats` plus the rating counts under the names the operator tab shows."""
+    """`stats` plus the rating counts under the names the operator screen shows."""
     out = stats(store)
     out["rated_liked"] = out["likes"]
     out["rated_disliked"] = out["dislikes"]
