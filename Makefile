@@ -18,7 +18,7 @@ test: setup
 	.venv/bin/ruff check --output-format concise .
 	.venv/bin/python -m pytest -q --timeout=900 --durations=25 -m "not proof"
 
-# Long demonstrations (training runs of many minutes), not part of CI; the README quotes them.
+# Long demonstrations (training runs of many minutes), not part of CI; docs/results.md and docs/learning.md quote them.
 proofs: setup
 	bash scripts/setup_test_deps.sh
 	.venv/bin/advisor --data-dir .cache/test model build --model builtin

@@ -153,7 +153,7 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
 
 def train_kto(args, settings, data: Path):
     """The KTO set (moderator as safety filter) and a LoRA run on it, as `advisor train` does."""
-    from conftest import test_cache_dir
+    from conftest import cache_dir
 
     from deploy.loop.safety import make_safety_filter
     from deploy.release.judges import moderator_dir
@@ -162,7 +162,7 @@ def train_kto(args, settings, data: Path):
     from trainer.launch import launch_training, poll_training
     from trainer.process import wait_for
 
-    cached = test_cache_dir() / "moderator"  # the tests' trained moderator; else it is trained on first use
+    cached = cache_dir() / "moderator"  # the tests' trained moderator; else it is trained on first use
     if cached.is_dir():
         shutil.copytree(cached, moderator_dir(settings.data_dir), dirs_exist_ok=True)
     overrides = {"max_steps": args.train_steps, "learning_rate": args.lr, "lora_alpha": args.lora_alpha,

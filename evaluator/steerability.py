@@ -3,7 +3,7 @@ complexity with reading grade, over a fixed grid of prompts × values.
 
 Preference training can wear steering down (a training set of short answers at every verbosity
 teaches the model to ignore the slider), so the release gate measures it for the candidate and
-the live release on the same grid (DESIGN.md, "Evaluation and the gate").
+the live release on the same grid (docs/design.md, "Evaluation and the gate").
 
 Design choices:
 - The grid: `prompts` × `values` for each steered attribute, the other attributes at their

@@ -94,8 +94,8 @@ LEVEL_WORDS = {
 # The two ways a model is shown the attributes (chat.steering; the trainer renders the same way).
 STEERING_MODES = ("steerlm", "instruct")
 
-# How the `instruct` steering mode says the attributes to a general chat model (chat.steering
-# explains the measurements behind the wording and the place). Here because both the chat and the
+# How the `instruct` steering mode says the attributes to a general chat model (the measurements
+# behind the wording and the place: docs/models.md, "Steering"). Here because both the chat and the
 # trainer render with it: a training prompt must read as the prompt the answer was generated for.
 
 # A word budget for verbosity (the 135M default model ignores "brief" but roughly keeps to a

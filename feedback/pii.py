@@ -1,4 +1,4 @@
-"""Personal data out of text that leaves the conversation store (DESIGN.md, "People's data").
+"""Personal data out of text that leaves the conversation store (docs/design.md, "People's data").
 
 The stored conversation stays as the user wrote it. What leaves the store for a training set or a
 shared export goes through `Redactor.redact`, which replaces each detected value by a typed

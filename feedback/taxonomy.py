@@ -2,7 +2,7 @@
 
 After Don-Yahiya et al. (2024), "Naturally Occurring Feedback is Common, Extractable and Useful",
 who build on Petrak et al. (2023). The ids are fixed: they are stored in `feedback_events.category`,
-written into training sets and shown on the operator tab, so never rename one.
+written into training sets and shown on the operator screen, so never rename one.
 
 A feedback is a span of a user message that refers to the assistant message right before it.
 A conversation's first user message is never feedback: there is no answer yet to react to.

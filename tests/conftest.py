@@ -12,11 +12,11 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_cache_dir() -> Path:
+def cache_dir() -> Path:
     return Path(os.environ.get("ADVISOR_TEST_CACHE", REPO / ".cache" / "test")).resolve()
 
 
-def test_output_dir() -> Path:
+def outputs_dir() -> Path:
     """Screenshots, reports and other artefacts a person may want to look at after a run."""
     path = Path(os.environ.get("ADVISOR_TEST_OUTPUT", REPO / "test-output")).resolve()
     path.mkdir(parents=True, exist_ok=True)
@@ -27,14 +27,14 @@ def test_output_dir() -> Path:
 def tiny_model_dir() -> Path:
     from chat.builtin import make_tiny_random_model
 
-    return make_tiny_random_model(test_cache_dir() / "tiny-random")
+    return make_tiny_random_model(cache_dir() / "tiny-random")
 
 
 @pytest.fixture(scope="session")
 def builtin_model_dir() -> Path:
     from chat.builtin import build_builtin_model
 
-    return build_builtin_model(test_cache_dir())
+    return build_builtin_model(cache_dir())
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def store(tmp_path):
 
 @pytest.fixture
 def output_dir() -> Path:
-    return test_output_dir()
+    return outputs_dir()
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +69,7 @@ def pretrained_model_dir() -> Path:
     from chat.pretrained import PretrainedBuildError, build_pretrained_model
 
     try:
-        return build_pretrained_model(test_cache_dir())
+        return build_pretrained_model(cache_dir())
     except PretrainedBuildError as exc:
         pytest.skip(f"the pretrained model could not be made here: {exc}")
 

@@ -1,4 +1,4 @@
-"""Steering learned (issue 5): after attribute-conditioned SFT on store data, answer length follows
+"""Steering learned: after attribute-conditioned SFT on store data, answer length follows
 the verbosity value — Spearman ρ ≥ 0.6 over 20 prompts × 5 values — and more than before the run.
 
 The honest "before": the built-in model already steers, so the run starts from a model whose
@@ -22,13 +22,12 @@ import json
 from dataclasses import replace
 
 import pytest
-from conftest import test_cache_dir as cache_dir
-from conftest import test_output_dir as output_dir
+from conftest import cache_dir, outputs_dir
 
 from evaluator.steerability import PROMPTS as STEER_PROMPTS
 
 # A proof, not a CI test: 1,200 training steps (6 min on a quiet 2-core box, over 15 beside other
-# work). `make proofs` runs it; its figures are in the README ("Measured").
+# work). `make proofs` runs it; its figures are in docs/results.md.
 pytestmark = [pytest.mark.slow, pytest.mark.proof, pytest.mark.timeout(3600)]
 
 VARIANT_EPOCHS = 8
@@ -139,7 +138,7 @@ def steering(no_steering_model_dir, tmp_path_factory):
            "mean_words_before": {v: sum(y for x, y in zip(*before) if x == v) / len(prompts) for v in VERBOSITIES},
            "mean_words_after": {v: sum(y for x, y in zip(*after) if x == v) / len(prompts) for v in VERBOSITIES},
            "steps": SFT_STEPS, "learning_rate": SFT_LR, "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT}
-    (output_dir() / "acsft-steering.json").write_text(json.dumps(out, indent=2) + "\n")
+    (outputs_dir() / "acsft-steering.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

@@ -1,11 +1,11 @@
-"""One turn on the real model, in real Chromium (issue 13): the roommate question that the built-in
+"""One turn on the real model, in real Chromium: the roommate question that the built-in
 model answered with advice on children's homework gets an answer about the roommate.
 
 "On topic" is measured as the benchmark measures it (`bench/quality.py`): cosine similarity of
 the MiniLM embeddings (`evaluator.embeddings`) of the question and the answer as the page shows
 it, against ON_TOPIC, a threshold chosen by that benchmark's rule from its run on SmolLM2
-(README, "Models"; below). The answer is greedy, so a rerun on this machine gives the same
-text. The screenshots of the chat at both sizes go to the test output (the README shows them,
+(docs/results.md, "Both models on the same prompts"; below). The answer is greedy, so a rerun on this machine gives the same
+text. The screenshots of the chat at both sizes go to the test output (docs/service.md shows them,
 copied under docs/screenshots/).
 """
 
@@ -23,7 +23,7 @@ pytestmark = [
 ]
 
 QUESTION = "My roommate never cleans the kitchen and it's driving me crazy. How do I bring it up without a fight?"
-# bench/quality.py on SmolLM2, 2026-12-01 (README, "Models"): its 40 answers' 5th percentile is 0.288,
+# bench/quality.py on SmolLM2, 2026-12-01 (docs/results.md): its 40 answers' 5th percentile is 0.288,
 # the 99th percentile of 1,560 mismatched (answer, another question) pairs 0.378 — they overlap, so
 # the rule takes the 5th percentile, rounded: 2 of 40 real answers fall below 0.29, 69 of 1,560
 # mismatched pairs reach it. A failure here is strong evidence only far below it.

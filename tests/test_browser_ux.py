@@ -1,4 +1,4 @@
-"""The chat as people use it (issue 18), in real Chromium, on a phone-sized and a desktop window:
+"""The chat as people use it, in real Chromium, on a phone-sized and a desktop window:
 Enter sends and Shift+Enter adds a line; on a phone the conversation and the input come first and
 each drawer is one tap away; a guest's conversation follows them into their account; a like can be
 taken back (and the operator stops counting it); one conversation can be deleted; each answer names

@@ -124,7 +124,7 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
         assert "<polyline" in (report / "harmlessness.svg").read_text()
         assert "## Gate decision" in (report / "report.md").read_text()
 
-        # The operator tab's panels show the same cycle and run.
+        # The operator screen's panels show the same cycle and run.
         view = cycle_view(store)
         assert [s["status"] for s in view["steps"]] == ["succeeded"] * len(STEPS)
         assert view["report_html"].endswith("report.html") and "promoted" in cycle_markdown(view)

@@ -1,7 +1,7 @@
 """`advisor extract eval --extractor llm --url --model` against an OpenAI-compatible server: a small
 fake one that answers in the paper's format, so the path (settings, client, concurrent requests,
 the paper's prompt over whole conversations, validation, metrics) runs without a model. The real
-vLLM server and the real model: `bench/extract_llm.py` (figures in the README)."""
+vLLM server and the real model: `bench/extract_llm.py` (figures in docs/results.md)."""
 
 from __future__ import annotations
 

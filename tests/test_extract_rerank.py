@@ -1,6 +1,6 @@
 """The fast extractor's cross-encoder tier (`feedback.extract.rerank`): its input, the mix, the
 wiring into the fast extractor, the CLI and settings, on a cross-encoder fine-tuned for a few steps
-here (the real one takes ~25 minutes to build; its figures are a benchmark in the README)."""
+here (the real one takes ~25 minutes to build; its figures are in docs/feedback.md)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from conftest import test_cache_dir as cache_dir
+from conftest import cache_dir
 from service_helpers import start_service, tiny_settings
 from test_trainer_runs import _populate, wait_until
 
@@ -95,7 +95,7 @@ def test_train_now_refused_while_busy_then_trains_with_progress(live, tiny_model
     assert read_card(Path(run.run_dir)).safety_filter.startswith("moderator")  # Train now filters too
     assert not [r for r in store.list_jobs(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
 
-    # The operator tab's training panel shows this run and its loss curve, to admins only.
+    # The operator screen's training panel shows this run and its loss curve, to admins only.
     loads = []
     ctx = PanelContext(store=lambda: store, identify=lambda request: request, denied="no",
                        refresh_triggers=[lambda fn, inputs, outputs, api_visibility=None: loads.append(fn)])

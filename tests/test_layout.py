@@ -1,4 +1,4 @@
-"""The layout rules, checked by tools rather than by memory (issue 12): the import layers
+"""The layout rules, checked by tools rather than by memory: the import layers
 (import-linter's contracts in pyproject.toml), no function over 80 lines and no module over 500
 outside tests, and no code in the runtime packages that nothing uses (vulture)."""
 

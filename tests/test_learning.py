@@ -1,5 +1,6 @@
-"""Learning from feedback, end to end on the CPU with the built-in model (issue 5, "What it must show";
-and issue 6's "a cycle on simulated feedback promotes a candidate that improves").
+"""Learning from feedback, end to end on the CPU with the built-in model: training on mined
+feedback moves answers the users' way, and a cycle on simulated feedback promotes a candidate
+that improves.
 
 Per preference (users who want short answers, and the reverse, users who want long ones):
 simulated users chat with the real service over HTTP (deploy.loop.simulate) → the service's
@@ -38,14 +39,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import test_cache_dir as cache_dir
-from conftest import test_output_dir as output_dir
+from conftest import cache_dir, outputs_dir
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
 from deploy.loop.simulate import ReactionRates
 
 # A proof, not a CI test: a simulation, two training runs and a gated cycle per preference (6 min
-# on a quiet 2-core box). `make proofs` runs it; docs/learning.md and the README quote its figures.
+# on a quiet 2-core box). `make proofs` runs it; docs/learning.md and docs/results.md quote its figures.
 pytestmark = [pytest.mark.slow, pytest.mark.proof, pytest.mark.timeout(3600)]
 
 USERS, TURNS = 24, 8
@@ -254,7 +254,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     out["base_mean_words"] = statistics.mean(base_answers["words"].values())
     out["base_words_by_verbosity"] = base_answers["words"]
     out["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
-    (output_dir() / f"learning-{prefer}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    (outputs_dir() / f"learning-{prefer}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out
 
 
@@ -284,7 +284,7 @@ def test_implicit_reward_prefers_the_preferred_held_out_answer(learned, method):
 
 
 def test_a_cycle_on_the_simulated_feedback_promotes_the_candidate_that_learned(learned):
-    """Issue 6: the DPO candidate above came out of a cycle; under the gate's default policy it
+    """The DPO candidate above came out of a cycle; under the gate's default policy it
     passed every axis and went live, and (the tests above) it moved answers the users' way."""
     cycle = learned["cycle"]
     assert cycle["steps"] == ["extract", "dataset", "train", "gate", "release"], cycle

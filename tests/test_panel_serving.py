@@ -1,4 +1,4 @@
-"""The operator tab's "Serving" panel without a browser: its state and text for a model server
+"""The operator screen's "Serving" panel without a browser: its state and text for a model server
 that is down, and that it is registered and builds. (With a live vLLM and a loaded adapter it is
 checked in tests/test_service_vllm.py.)"""
 

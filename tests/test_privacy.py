@@ -1,4 +1,4 @@
-"""People's data (issue 16): consent, PII kept out of training, retention, deletion that reaches
+"""People's data: consent, PII kept out of training, retention, deletion that reaches
 every copy under the data directory, and a person's own export.
 
 The PII redactor here is the real one (Presidio); the training sets are built by the same

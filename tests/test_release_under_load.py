@@ -1,4 +1,4 @@
-"""Issue 6's proof: promote and roll back while 8 users are chatting. No request fails, and every
+"""Promote and roll back while 8 users are chatting. No request fails, and every
 stored answer names the release that produced it.
 
 What "names the release that produced it" can honestly mean from outside the service:

@@ -1,5 +1,5 @@
 """Two real `advisor serve` processes on one real PostgreSQL, with the tiny random model: what
-several replicas must show (issue 17).
+several replicas must show.
 
 - 32 users (16 starting on each replica) × 10 turns through the REST API, every user switching
   replica at every turn: all 320 turns stored once, each conversation one unbroken chain;

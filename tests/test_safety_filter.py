@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pyarrow.parquet as pq
-from conftest import test_cache_dir as cache_dir
+from conftest import cache_dir
 from typer.testing import CliRunner
 
 from deploy.loop.safety import ModeratorSafetyFilter, make_safety_filter

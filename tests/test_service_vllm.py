@@ -1,5 +1,5 @@
-"""The advisor service on a real vLLM CPU server serving the built-in model (issue 7, "What it
-must show"): chat through the REST API, streaming and not; a trained adapter promoted through the
+"""The advisor service on a real vLLM CPU server serving the built-in model: chat
+through the REST API, streaming and not; a trained adapter promoted through the
 gate and hot-loaded into vLLM; rollback; vLLM killed mid-answer and brought back on the same port.
 
 One vLLM server for the module (restarted once, by the kill test) and one advisor service on it.

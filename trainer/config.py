@@ -128,7 +128,7 @@ class DPORunConfig(RunConfig):
 @dataclass(frozen=True)
 class TrainingKnobs:
     """The training options an operator may set for one run — the one declaration behind the CLI's
-    flags (`advisor train`, `advisor cycle`), the job API's `overrides` and the operator tab's
+    flags (`advisor train`, `advisor cycle`), the job API's `overrides` and the operator screen's
     inputs. None keeps the method's default (and, on a CPU, the scaling rule above)."""
 
     max_steps: int | None = field(default=None, metadata={

@@ -236,7 +236,7 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
                              result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
         _release_lock(Path(run.run_dir).parent, run_id)
     elif run.job_id and state.alive and state.last:
-        # Live progress on the job row, for the operator tab.
+        # Live progress on the job row, for the operator screen.
         store.update_job(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
                                              "loss": state.loss, "eta_s": state.eta_s})
     return TrainingStatus(run, state)

@@ -23,7 +23,7 @@ class UIDeps:
     inflight: InFlight
     hooks: ChatHooks
     max_message_chars: int = 8000
-    # People's data (DESIGN.md): the notice a first visit shows, the deployment's default for
+    # People's data (docs/design.md, "People's data"): the notice a first visit shows, the deployment's default for
     # "use my conversations to improve the advisor", and deleting that reaches every copy under the
     # data directory (the composition root's `forget_everywhere` / `delete_conversation_everywhere`).
     privacy_notice: list[str] = field(default_factory=list)

@@ -51,7 +51,7 @@ def start_service_job(url: str, token: str | None, kind: str, params: dict, *, a
     if as_json:
         print(json.dumps(body))
     else:
-        err.print(f"started {what or kind} job {body.get('job_id')} in the service; follow it in the operator tab "
+        err.print(f"started {what or kind} job {body.get('job_id')} in the service; follow it in the operator screen "
                   "or GET /api/admin/jobs")
     return body
 

@@ -73,7 +73,7 @@ def cycle(
         store = Store(settings.store_target, **settings.store_options)
     except StoreError as exc:
         err.print(f"[red]{exc}[/red]\nWith the service running, start the cycle there: `advisor cycle --url URL`, "
-                  "or the operator tab's \"Start cycle\" button.")
+                  "or the operator screen's \"Start cycle\" button.")
         raise typer.Exit(1) from None
     with store:
         if not as_json:

@@ -17,10 +17,8 @@ Design choices:
 - The scorer defaults to `implicit` when an adapter is given (a DPO/KTO policy is scored by its
   log-ratio against its own base) and `loglik` otherwise.
 - Speed on a small CPU box (`eval hh`): one batch per core in threads of one torch thread each,
-  and bfloat16 autocast where the CPU has bf16 instructions. On this project's 2-core EPYC the
-  full 8,552-pair run of the built-in model took 7.3 min with bf16 and 12.1 min in float32 while
-  other jobs shared the cores (≈3.7 and ≈4.9 min of an idle machine, from CPU time); the two
-  agreed on every accuracy to 0.001. `--no-bf16` forces float32; the JSON says which ran.
+  and bfloat16 autocast where the CPU has bf16 instructions, which agrees with float32 on every
+  accuracy to 0.001 (timings: docs/results.md). `--no-bf16` forces float32; the JSON says which ran.
 - Trained artefacts (the moderator, the Plackett–Luce reward model) are cached under
   `<data_dir>/models/`, keyed by what they were trained on.
 """

@@ -210,7 +210,7 @@ def build_reranker(
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write it (default <data_dir>/models/feedback-reranker)."),
     holdout_dev: bool = typer.Option(False, "--holdout-dev", help="Leave the dev split out (to choose the mix on it)."),
 ) -> None:
-    """Fine-tune the fast extractor's cross-encoder tier on the shipped gold set (≈ 25 min on 2 cores)."""
+    """Fine-tune the fast extractor's cross-encoder tier on the shipped gold set (slow: tens of minutes on a CPU)."""
     from feedback.extract.train_rerank import build
 
     settings = settings_of(ctx)

@@ -1,5 +1,5 @@
 """Typer options derived from a dataclass: one declaration of a knob (its field, type and help
-text) gives its command-line flag, so the CLI cannot drift from the job API or the operator tab.
+text) gives its command-line flag, so the CLI cannot drift from the job API or the operator screen.
 
 `with_options(Knobs)` adds one `--flag-name` option per field of `Knobs` (help from the field's
 `metadata["help"]`, extra names from `metadata["aliases"]`) to a command and hands the command a

@@ -27,7 +27,7 @@ Design choices:
 - Cancellable between and inside steps (`CycleDeps.cancelled`): the training subprocess is
   cancelled, the gate stops at its next progress report, and a release the gate had registered
   but not yet decided is marked rejected ("cancelled"), so a cancelled cycle leaves no half release.
-- The report is written for every cycle, failed ones included, so the operator tab always shows
+- The report is written for every cycle, failed ones included, so the operator screen always shows
   where the last cycle stopped.
 """
 

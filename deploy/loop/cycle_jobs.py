@@ -1,6 +1,6 @@
 """The service's release jobs: the cycle (manual and periodic), the gate, and the canary check.
 
-- `cycle`: "Start cycle" in the operator tab, `POST /api/admin/jobs/cycle/run`, and the periodic
+- `cycle`: "Start cycle" in the operator screen, `POST /api/admin/jobs/cycle/run`, and the periodic
   trainer (`schedule.train_cron`, or `schedule.train_every_minutes` for demos and tests). The
   registry's job row is the cycle's row; `run_cycle` adds one child row per step. A scheduled run
   first asks whether it is worth it — enough new feedback since the last training run

@@ -1,14 +1,14 @@
 """Jobs inside the service: a small registry over APScheduler that records every run in the store.
 
 Design choices:
-- The service owns the database (DESIGN.md, "Process model"), so scheduled work (extraction,
+- The service owns the database (docs/design.md, "Process model"), so scheduled work (extraction,
   training checks, cycles) runs in the service's threads: an APScheduler `BackgroundScheduler`
-  with a thread pool. Every run — scheduled, manual from the operator tab, or from the admin
+  with a thread pool. Every run — scheduled, manual from the operator screen, or from the admin
   API — becomes a row in `jobs` (running → succeeded / failed) with its result or error, so the
   operator sees one history whatever started it.
 - Each domain module defines `register_jobs(registry: JobRegistry, ctx: JobContext)` and calls
   `registry.add(...)`; `deploy.wiring.register_jobs` lists those modules. A job with a `button`
-  label gets a button in the operator tab and can be started by `POST /api/admin/jobs/{kind}/run`.
+  label gets a button on the operator screen and can be started by `POST /api/admin/jobs/{kind}/run`.
 - One run of a kind at a time (`max_instances=1`, coalesced): a slow extraction never stacks up.
 - Several replicas on one PostgreSQL store (`deploy/service/replicas.py`): every replica keeps the
   schedule, but a scheduled run fires only where `leads()` is true (the replica holding the
@@ -16,7 +16,7 @@ Design choices:
   `queued` row, and the leader `dispatch`es queued rows, each claimed by one guarded UPDATE
   (`Store.claim_job`), so a row runs exactly once and per-process locks (extraction's) still see
   every run. Rows record the replica that ran them (`result.replica`). On a DuckDB file the one
-  process leads and runs its jobs at once, as before.
+  process leads and runs its jobs at once.
 """
 
 from __future__ import annotations

@@ -421,7 +421,7 @@ def run_extraction_job(url: str, admin_token: str, timeout_s: float = 300.0) -> 
             if row is not None and row.get("status") not in ("running", "queued"):
                 return row
             time.sleep(0.5)
-    raise SimulationError(f"extraction job {job_id} did not finish within {timeout_s:.0f}s; see the operator tab")
+    raise SimulationError(f"extraction job {job_id} did not finish within {timeout_s:.0f}s; see the operator screen")
 
 
 def simulate(config: SimulationConfig, *, client_factory: Callable[[], httpx.Client] | None = None) -> SimulationSummary:

@@ -1,4 +1,4 @@
-"""The training job inside the service: "Train now" in the operator tab and the periodic check.
+"""The training job inside the service: "Train now" in the operator screen and the periodic check.
 
 Design choices:
 - `train` is the operator's "Train now" (or `POST /api/admin/jobs/train/run`): a training run

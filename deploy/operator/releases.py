@@ -5,7 +5,7 @@ Design choices:
 - The panel only shows and asks; promoting and rolling back are the service's callables
   (`ReleasesPanelDeps`, wired by `deploy.operator.releases`), the same ones behind
   `POST /api/admin/releases/...`, so the UI and the API cannot drift apart.
-- Admin is checked on the server on every click, not only when the tab loads: a button that is
+- Admin is checked on the server on every click, not only when the screen loads: a button that is
   visible is not a permission.
 - A refusal (rejected by the gate, nothing to roll back to, adapter fails to load) is shown as
   the reason in words; the live release is left as it was.
@@ -77,7 +77,7 @@ def choices(releases: list[Release], forgotten: dict[str, int] | None = None) ->
 
 
 class ReleasesPanel:
-    """The panel builder (called with the tab's `PanelContext`); its handlers are methods so
+    """The panel builder (called with the screen's `PanelContext`); its handlers are methods so
     they can be exercised without a browser."""
 
     def __init__(self, deps: ReleasesPanelDeps) -> None:
@@ -102,7 +102,7 @@ class ReleasesPanel:
 
     def _act(self, ctx: PanelContext, fn: Callable[[], Release], done: str, request: Any, action: str,
              target: str = "", **details: Any) -> tuple:
-        if not ctx.is_admin(request):  # checked on every click, not only when the tab loads
+        if not ctx.is_admin(request):  # checked on every click, not only when the screen loads
             return ctx.denied, "", gr.update(choices=[], value=None)
         try:
             with ctx.audited(request, action, target, **details) as entry:  # the audit log, with its outcome

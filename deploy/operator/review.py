@@ -6,7 +6,7 @@ the answer the user reacted to, and the user's message with the span marked. The
 "correct", "wrong category" (and picks the right one) or "not feedback"; the next event follows.
 
 Design choices:
-- The handlers are methods (`load`, `draw`, `submit`) taking the tab's `PanelContext` and the
+- The handlers are methods (`load`, `draw`, `submit`) taking the screen's `PanelContext` and the
   request, so tests drive them without a browser; the Gradio wiring is a thin layer over them.
 - Admin is checked on the server at every click, and every verdict goes through the same
   `record_review` as `POST /api/admin/feedback/{id}/review`: audited (action "review") with the
@@ -98,7 +98,7 @@ class ReviewPanel:
                request: Any) -> tuple:
         """Record the verdict on the head of the queue and move on:
         (queue, card, note, precision table, precision plot)."""
-        if not ctx.is_admin(request):  # checked on every click, not only when the tab loads
+        if not ctx.is_admin(request):  # checked on every click, not only when the screen loads
             return queue, "", ctx.denied, pd.DataFrame(columns=TABLE_COLUMNS), None
         if not queue:
             return queue, card_html(queue), "Draw a sample first.", *self.load(ctx, request)

@@ -1,21 +1,24 @@
-"""The operator screen at `/operator`: the loop's health at a glance (admin only).
+"""The operator screen at `/operator`, a Gradio page of its own: the loop's health at a glance (admin only).
 
-Counts over time (conversations, turns, likes, dislikes) and ratings by reason as plots, the
-latest turns with their ratings, the jobs table and the releases table.
+Its overview: a summary line (counts, serving backend, live release), counts over time
+(conversations, turns, likes, dislikes) and ratings by reason as plots, the latest turns with
+their ratings, the jobs table and the releases table. The panels below it are built elsewhere.
 
 Design choices:
-- Admin is checked on the server at every call (`identify(request).is_admin`), not only by
-  hiding the tab: a hidden tab is a convenience, not a permission.
+- Admin is checked on the server at every call (`PanelContext.is_admin`), not only by who can
+  open the page: the page is a convenience, not a permission.
 - The numbers come from `feedback.store.reports`, the same functions behind `/api/admin/*`.
-- Extension points: action buttons come from `OperatorDeps.buttons()` — (job kind, label)
-  pairs that the service's job registry collects from jobs registered with a `button=` label
-  ("Run extraction now", "Start cycle"); a click calls `run_job(kind)`. Panels (feedback
-  prevalence, training, releases, serving…) are builders in `OperatorDeps.panels`: each is
-  called with a `PanelContext` inside the tab's Blocks context, builds its components, and
-  hooks its own loader to `ctx.on_refresh` so it refreshes with the tab. `deploy.operator.panels`
-  collects them from the modules in its `PANEL_MODULES`.
+- Action buttons come from `OperatorDeps.buttons()`: (job kind, label) pairs that the service's
+  job registry collects from jobs registered with a `button=` label ("Run extraction now",
+  "Start cycle"); a click calls `run_job(kind)`. Gradio cannot add components after the page is
+  built, so `MAX_BUTTONS` slots are made up front and shown as needed.
+- Panels (feedback, reviews, serving, releases, canary, run controls, training, cycle, audit)
+  are builders in `OperatorDeps.panels`, listed by the composition root
+  (`deploy.wiring.operator_panels`). Each is called with a `PanelContext`, builds its components
+  and hooks its loader with `ctx.on_refresh`; the page load, Refresh and the bucket radio run the
+  overview's loader and then every panel's, in order.
 - Every action a click starts (a job button, a panel's promote or roll back) goes through
-  `PanelContext.audited`, so the audit log names the signed-in admin and the outcome.
+  `audited` with the signed-in admin as actor, so the audit log names who did it and the outcome.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ MAX_BUTTONS = 6  # button slots made up front; Gradio cannot add components afte
 
 @dataclass
 class PanelContext:
-    """What a panel builder gets: the store, the admin check and the tab's refresh hook."""
+    """What a panel builder gets: the store, the admin check and the screen's refresh hook."""
 
     store: Callable[[], Store]
     identify: Callable[[Any], Any]
     denied: str
-    refresh_triggers: list[Any]  # Gradio event sources that refresh the whole tab
+    refresh_triggers: list[Any]  # hooks that chain a loader to the screen's refresh
 
     def is_admin(self, request: Any) -> bool:
         ident = self.identify(request)
@@ -60,7 +63,7 @@ class PanelContext:
         return audited(self.store(), actor_of(self.identify(request)), action, target, surface="operator", **details)
 
     def on_refresh(self, fn: Callable, outputs: list[Any], inputs: list[Any] | None = None) -> None:
-        """Run `fn(*inputs, request)` whenever the tab refreshes (page load, Refresh, bucket change).
+        """Run `fn(*inputs, request)` whenever the screen refreshes (page load, Refresh, bucket change).
         `fn` must check `self.is_admin(request)` itself and return empty values if not."""
         for trigger in self.refresh_triggers:
             trigger(fn, inputs or [], outputs, api_visibility="undocumented")
@@ -130,8 +133,8 @@ def _summary(store: Store, status: dict) -> str:
 
 
 def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[dict]:
-    """Build the tab's contents (inside the caller's `gr.Tab`); returns the kwargs of the refresh
-    events (the tab's own, then each panel's) that the page load chains to, in order."""
+    """Build the screen's contents (inside the caller's `gr.Blocks`); returns the kwargs of the
+    refresh events (the overview's, then each panel's) that the page load chains to, in order."""
     denied = "This page is for operators. Sign in as the admin at [/signin](/signin)."
     summary = gr.Markdown(elem_id="operator-summary")
     with gr.Row():
@@ -196,7 +199,7 @@ def build_operator(deps: OperatorDeps, identify: Callable[[Any], Any]) -> list[d
             try:
                 with audited(deps.store(), actor_of(ident), "job", kinds[i], surface="operator"):
                     return deps.run_job(kinds[i])
-            except Exception as exc:  # show the reason, keep the tab alive
+            except Exception as exc:  # show the reason, keep the screen alive
                 return f"Could not start {kinds[i]}: {exc}"
 
         return act

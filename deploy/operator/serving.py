@@ -75,14 +75,14 @@ class ServingPanel:
                 return ""
             try:
                 return serving_markdown(self.load())
-            except Exception as exc:  # a status panel must never break the tab
+            except Exception as exc:  # a status panel must never break the screen
                 return f"#### Serving\n\nCould not read the serving state: {exc}"
 
         ctx.on_refresh(refresh, [text])
 
 
 # --------------------------------------------------------------------------- wiring
-# Wires the operator tab's "Serving" panel (`deploy.operator.serving`) to the running service.
+# Wires the operator screen's "Serving" panel (`deploy.operator.serving`) to the running service.
 #
 # `serving_state(services)` gathers what the panel shows from the backend's `health()` (which, for
 # vLLM, lists the loaded adapters and re-loads a live one a restarted server forgot) and the

@@ -4,8 +4,8 @@ ETA — and its loss curve from the run's progress.jsonl.
 Design choices:
 - The panel only shows; the numbers come from `TrainingPanelDeps.status()`, which the service
   wires to the trainer's own run-directory reader (`deploy.operator.training`), so `chat` never
-  reads run directories or imports the trainer. "Train now" is the job button of the tab.
-- It refreshes with the tab and, while a run is active, on a `gr.Timer` every few seconds; the
+  reads run directories or imports the trainer. "Train now" is the screen's job button.
+- It refreshes with the screen and, while a run is active, on a `gr.Timer` every few seconds; the
   timer switches itself off when the run ends so an idle tab costs nothing.
 """
 

@@ -21,12 +21,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from deploy.service.auth import AuthError, Identity, LoginThrottled
+from deploy.service.auth import AuthError, Identity
+from deploy.service.caller import adopt_guest_data, identity_of, set_session, user_agent
 from deploy.service.deps import me, services_of
 from deploy.service.errors import ApiError, error_response
-from deploy.service.identity import adopt_guest_data, identity_of, set_session, user_agent
 from deploy.service.shapes import Credentials, me_dict
 from deploy.service.state import Services
+from deploy.service.throttle import LoginThrottled
 
 router = APIRouter(prefix="/api")
 

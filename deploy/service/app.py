@@ -7,7 +7,7 @@ Design choices:
   the scheduler. Objects passed in are used as they are and not closed: the caller owns them.
 - The job kinds and operator panels come in as functions (`register_jobs`, `operator_panels`)
   from the composition root, `deploy.wiring.create_app`; without them the service chats and
-  serves its APIs, with no jobs and a bare operator tab (some tests want exactly that).
+  serves its APIs, with no jobs and a bare operator screen (some tests want exactly that).
 - Everything per-app hangs off `app.state` (`services`, `metrics`, `scheduler`, `jobs`), never
   module globals, so two apps can live in one process (tests).
 - Shutdown (SIGTERM through uvicorn): no new answers; answers in flight get `drain_s` to
@@ -29,8 +29,8 @@ from chat.backends import Backend, BackendError
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
 from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages, review_routes
 from deploy.service.auth import Auth, Identity, session_secret
+from deploy.service.caller import IdentityMiddleware
 from deploy.service.errors import install_error_handlers
-from deploy.service.identity import IdentityMiddleware
 from deploy.service.metrics import Metrics, MetricsMiddleware
 from deploy.service.replicas import start_coordinator
 from deploy.service.state import Services
@@ -232,7 +232,7 @@ def _safe_health(services: Services) -> dict:
     try:
         services.retry_release()
         return services.backend.health() if services.backend else {}
-    except Exception as exc:  # a status line must never break the operator tab
+    except Exception as exc:  # a status line must never break the operator screen
         return {"ok": False, "error": str(exc)}
 
 

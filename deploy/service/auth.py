@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 
 from deploy.service.sessions import COOKIE_MAX_AGE_S, Identity, SessionManager, row_id
-from deploy.service.throttle import AuthError, LoginThrottle, LoginThrottled
+from deploy.service.throttle import LoginThrottle
 from deploy.settings import ServerSettings
 from feedback.store import InvalidInput, Store
 
@@ -44,8 +44,12 @@ COOKIE_NAME = "advisor_session"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 MIN_PASSWORD_CHARS = 8
 
-__all__ = ["COOKIE_MAX_AGE_S", "COOKIE_NAME", "Auth", "AuthError", "Identity", "LoginThrottled", "hash_password",
-           "session_secret", "verify_password"]
+__all__ = ["COOKIE_MAX_AGE_S", "COOKIE_NAME", "Auth", "AuthError", "Identity", "hash_password", "session_secret",
+           "verify_password"]
+
+
+class AuthError(Exception):
+    """Sign-in, sign-up or a password change failed; the message can be shown to the user."""
 
 # --------------------------------------------------------------------------- passwords
 
@@ -117,7 +121,7 @@ class Auth:
         self._secret = secret
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.sessions = SessionManager(settings, store, secret, clock=lambda: self.clock())
-        self.throttle = LoginThrottle(settings, store, clock=lambda: self.clock())
+        self.throttle = LoginThrottle(settings, store, clock=lambda: self.clock(), failure=AuthError)
         _decoy_hash()  # made now, so the first unknown name does not pay for it (and show it)
 
     # ---- cookies
@@ -176,7 +180,7 @@ class Auth:
 
     def login(self, name: str, password: str, user_agent: str = "") -> Identity:
         """Check a name and password (throttled per name) and start a session; `AuthError` (or
-        its `LoginThrottled`) says why not, the same way for every name."""
+        the throttle's `LoginThrottled`) says why not, the same way for every name."""
         name = (name or "").strip()
         with self.throttle.attempt(name):
             ident = self._check_password(name, password or "")

@@ -38,9 +38,9 @@ from chat import turns
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, thread_view
 from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
 from deploy.service.auth import Identity
+from deploy.service.caller import set_session
 from deploy.service.deps import me, services_of
 from deploy.service.errors import ApiError, as_api_error
-from deploy.service.identity import set_session
 from deploy.service.shapes import (
     AskIn,
     ConversationIn,

@@ -6,8 +6,8 @@ from fastapi import Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deploy.service.auth import Identity
+from deploy.service.caller import identity_of
 from deploy.service.errors import ApiError
-from deploy.service.identity import identity_of
 from deploy.service.state import Services
 
 

@@ -14,9 +14,10 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from chat.notices import privacy_notice
-from deploy.service.auth import AuthError, LoginThrottled
-from deploy.service.identity import adopt_guest_data, identity_of, set_session, user_agent
+from deploy.service.auth import AuthError
+from deploy.service.caller import adopt_guest_data, identity_of, set_session, user_agent
 from deploy.service.state import Services
+from deploy.service.throttle import LoginThrottled
 
 router = APIRouter(include_in_schema=False)
 
@@ -68,7 +69,7 @@ def signin_submit(request: Request, name: str = Form(""), password: str = Form("
             ident = services.auth.register(name, password, agent)
         else:
             ident = services.auth.login(name, password, agent)
-    except AuthError as exc:
+    except (AuthError, LoginThrottled) as exc:
         status, headers = (429, {"Retry-After": str(exc.retry_after_s)}) if isinstance(exc, LoginThrottled) else (401, None)
         return HTMLResponse(_page(services, f'<p class="err" role="alert">{escape(str(exc))}</p>'),
                             status_code=status, headers=headers)

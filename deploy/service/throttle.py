@@ -37,12 +37,9 @@ from feedback.store import Store
 PRUNE_EVERY = timedelta(hours=1)
 
 
-class AuthError(Exception):
-    """Login or registration failed; the message can be shown to the user."""
-
-
-class LoginThrottled(AuthError):
-    """Refused by the throttle before the password was looked at; retry after `retry_after_s`."""
+class LoginThrottled(Exception):
+    """Refused by the throttle before the password was looked at; retry after `retry_after_s`.
+    The message can be shown to the user."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
@@ -50,8 +47,12 @@ class LoginThrottled(AuthError):
 
 
 class LoginThrottle:
-    def __init__(self, settings: ServerSettings, store: Store, clock: Callable[[], datetime]) -> None:
-        self.settings, self.store, self.clock = settings, store, clock
+    """`failure` is the exception a failed check raises (`deploy.service.auth.AuthError`): the
+    throttle counts it and lets it through; it never looks at passwords itself."""
+
+    def __init__(self, settings: ServerSettings, store: Store, clock: Callable[[], datetime],
+                 failure: type[Exception]) -> None:
+        self.settings, self.store, self.clock, self.failure = settings, store, clock, failure
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._pruned_at: datetime | None = None
@@ -59,7 +60,7 @@ class LoginThrottle:
     @contextmanager
     def attempt(self, name: str) -> Iterator[None]:
         """Guard one log-in attempt at `name`: raises `LoginThrottled` when it must wait or is
-        locked; otherwise runs the body and records a failure if it raises `AuthError`, a
+        locked; otherwise runs the body and records a failure if it raises `self.failure`, a
         success if it returns."""
         key = (name or "").strip().lower()
         with self._lock:
@@ -69,7 +70,7 @@ class LoginThrottle:
             self._busy.add(key)
         try:
             yield
-        except AuthError:
+        except self.failure:
             self.store.record_login_attempt(key, False, now=self.clock())
             raise
         else:

@@ -1,6 +1,6 @@
 """Training sets from the feedback store, in TRL's conversational prompt-completion formats.
 
-Three kinds (DESIGN.md, "Training data from feedback"):
+Three kinds (docs/design.md, "Training data from feedback"):
 - `sft` (attribute-conditioned SFT, SteerLM): answers that went down well (liked, or followed by
   `positive` feedback), labelled with the attributes they have (`feedback.labeller`).
 - `kto` (unpaired): desirable = liked or followed by `positive`; undesirable = disliked or followed

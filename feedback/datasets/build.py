@@ -1,7 +1,7 @@
 """Building one training set: read the store in chunks, collect candidates, de-duplicate,
 filter, redact, split, write (the rules are in `feedback.datasets`).
 
-People's data (DESIGN.md, "People's data"): only conversations of users who let them train the
+People's data (docs/design.md, "People's data"): only conversations of users who let them train the
 advisor (their own setting, else the deployment's `consent_default`) and who were not forgotten;
 every text the set holds — prompts and answers — goes through the `redactor` (personal data
 replaced by typed placeholders, `feedback.pii`) before it is written; each row names its user so a

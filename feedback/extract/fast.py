@@ -18,7 +18,7 @@ How a window is read:
    step 2's decisions: more precise on real chats, and a hundred times slower, so it is a
    separate tier built into the data directory, off unless configured.
 
-The rules on their own (`FastConfig.rules_only()`), as before the classifier:
+The rules on their own (`FastConfig.rules_only()`, no classifier):
 1. A bare "No, not yet." answering the assistant's question, and a user correcting their own
    earlier message ("oops, it's two hours, not one"), are set aside: not feedback.
 2. Sarcasm and objections make a "make aware" sentence; praise not vetoed ("thanks in advance",

@@ -2,7 +2,7 @@
 sentence together with the request and the answer before it, fine-tuned from all-MiniLM-L6-v2 on
 the real gold set; its class probabilities are mixed with the sentence classifier's.
 
-    advisor extract build-reranker                          # train + dev (+ templated dev): ~25 min on 2 cores
+    advisor extract build-reranker                          # train + dev (+ templated dev)
     python -m feedback.extract.train_rerank DIR --holdout-dev   # dev left out, to choose the mix on it
     advisor extract eval --split test --reranker DIR        # the fast extractor with it
 
@@ -11,7 +11,7 @@ Design choices:
   "What country eats the most dogs?" re-asks, corrects or just follows up depends on what the
   answer said, which a linear model over bags of words cannot read. A cross-encoder reads the
   pair. Alone it is no better than the classifier on dev (the two make different mistakes); the
-  geometric mix of the two is (README, "Natural feedback").
+  geometric mix of the two is (docs/feedback.md).
 - Input pair: ("User: <the previous request's last 40 words> Assistant: <the answer; first 45 and
   last 25 words when longer than 70>", the user's turn with the sentence in [brackets], 150
   characters before it and 100 after). At most `max_length` word pieces, the context cut first.

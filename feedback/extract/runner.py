@@ -1,4 +1,4 @@
-"""Incremental extraction runs over the store (the operator tab's reads of their output are in
+"""Incremental extraction runs over the store (the operator screen's reads of their output are in
 `feedback.store.reports`).
 
 Design choices:

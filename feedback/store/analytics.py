@@ -4,10 +4,10 @@ Named, typed functions over a `Store` for the jobs that scan the log in bulk, as
 aggregates' point reads and writes on the turn path.
 
 Design choices:
-- Analytics SQL, through `_analytics`: these reads will run on DuckDB over data exported from
-  PostgreSQL (issue 17), so they may use DuckDB's dialect (`$name` parameters, `unnest`,
+- Analytics SQL, through `_analytics`: these reads run on DuckDB, on PostgreSQL stores over the
+  in-memory mirror of its tables (`mirror.py`), so they may use DuckDB's dialect (`$name` parameters, `unnest`,
   `arg_max`, struct and list literals). `arg_max(x, created_at)` is DuckDB's "latest per key".
-- Rows come back as named tuples: a caller unpacks them as before, or reads them by name.
+- Rows come back as named tuples: a caller unpacks them as tuples, or reads them by name.
 - Training-set reads leave out every row of a user who asked to be forgotten, even one that got
   back in around the store's API (an import): the builders must never see them.
 """

@@ -1,5 +1,5 @@
 """The database under the store: one DuckDB file (the default), or a PostgreSQL server that
-several service replicas share (issue 17). Backend-neutral; the engines do the talking.
+several service replicas share. Backend-neutral; the engines do the talking.
 
     Database("data/advisor.duckdb")                    # embedded, one process (duck.py)
     Database("postgresql://user@host:5432/advisor")    # shared, many processes (pg.py)

@@ -1,8 +1,8 @@
 """Numbered schema migrations for the conversation store, one SQL script per dialect.
 
 Each migration is a `Migration(version, description, duckdb=..., postgres=...)`: the same schema
-change written once for the embedded DuckDB file and once for PostgreSQL (issue 17: several
-replicas on one server). `schema_version` records every applied version; a store opens by applying
+change written once for the embedded DuckDB file and once for PostgreSQL (several replicas on one
+server). `schema_version` records every applied version; a store opens by applying
 the missing ones in order, each in its own transaction, so a crash during an upgrade leaves the
 previous version intact. Append new migrations; never edit a released one.
 

@@ -6,7 +6,7 @@ builds (`duckdb-ext-postgres`) stop at DuckDB 1.4.4 while the project runs 2.0.1
 to load them ("built specifically for DuckDB version v1.4.4"). So the store streams the rows out
 itself: `COPY (SELECT …) TO STDOUT (FORMAT csv)` → pyarrow's streaming CSV reader (C, a batch at
 a time) → `INSERT INTO <table> SELECT CAST(…)` on the DuckDB side. bench/extract.py and
-bench/store.py measure it (README, "Scaling out").
+bench/store.py measure it (docs/scaling.md).
 
 Design choices:
 - The mirror's schema is made by running the DuckDB dialect of the same migrations
@@ -24,7 +24,7 @@ Design choices:
   carry no trigger (the chat path stays cheap); its counter counts updates and deletes
   (forgetting a user), after which it is copied again whole.
 - The mirror is per process and in memory: a replica answers the operator's reads from its own
-  copy; memory grows with the log (≈ 1 GB per million messages of chat text; see README).
+  copy; memory grows with the log (≈ 1 GB per million messages of chat text; see docs/scaling.md).
 """
 
 from __future__ import annotations

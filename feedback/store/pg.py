@@ -102,7 +102,7 @@ class PostgresEngine:
     def compact(self) -> None:
         """Nothing to rewrite here: PostgreSQL's files live on the database server, not under the
         data directory, and autovacuum reclaims deleted rows' space (`VACUUM FULL` rewrites a table
-        at once, with an exclusive lock: the operator's call, see the README's privacy section)."""
+        at once, with an exclusive lock: the operator's call, see docs/privacy.md)."""
 
     def close(self) -> None:
         if self._mirror is not None:

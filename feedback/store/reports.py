@@ -1,17 +1,17 @@
-"""The operator's reads: the numbers behind the operator tab and `/api/admin/*`.
+"""The operator's reads: the numbers behind the operator screen and `/api/admin/*`.
 
 Plain functions over a `Store` returning lists of dicts (JSON-ready, and easy to turn into a
 DataFrame for Gradio's plots), so the REST API and the UI show the same numbers.
 
 Design choices:
 - Analytics SQL, in DuckDB's dialect (`arg_max`, `generate_series`, list literals, `unnest`):
-  these reads scan whole tables, and will run on DuckDB over data exported from PostgreSQL
-  (issue 17), never on the transactional path. They go through `_analytics`, apart from the
+  these reads scan whole tables, and run on DuckDB (on a PostgreSQL store, over the in-memory
+  mirror of its tables, `mirror.py`), never on the transactional path. They go through `_analytics`, apart from the
   aggregates' portable SQL.
 - A rating is an append-only event and a user may change their mind, so every count here uses
   each user's *latest* rating of a message (`arg_max` by time: DuckDB's "latest per key").
-- `feedback_prevalence` and `recent_feedback` are the mined-feedback panel's reads; they were
-  the extraction runner's and moved here with the rest of the operator's SQL.
+- `feedback_prevalence` and `recent_feedback` are the mined-feedback panel's reads, here with
+  the rest of the operator's SQL.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def stats(store: Store) -> dict[str, Any]:
 
 
 def overview(store: Store) -> dict:
-    """`stats` plus the rating counts under the names the operator tab shows."""
+    """`stats` plus the rating counts under the names the operator screen shows."""
     out = stats(store)
     out["rated_liked"] = out["likes"]
     out["rated_disliked"] = out["dislikes"]

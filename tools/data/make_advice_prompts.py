@@ -19,7 +19,7 @@ and the file is reproducible from the data and the rule.
 Why a few hundred: the gate pairs candidate and live answer by answer, and the 95 % interval of
 their mean difference shrinks with the square root of the number of prompts; 13 ranked-advice
 questions gave a half-width near 0.17 for an equally good candidate, wider than any useful
-tolerance (README, "Release stages"). With the ~250 prompts here it is about four times narrower.
+tolerance (docs/release.md, "Helpfulness with power"). With the ~250 prompts here it is about four times narrower.
 """
 
 from __future__ import annotations

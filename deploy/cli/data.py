@@ -1,4 +1,4 @@
-"""`advisor config show | db stats | export | forget`: settings, the store, and the right to be forgotten.
+"""`advisor db stats | export | forget`: the store's contents, and the right to be forgotten.
 
 `export` and `forget` are written to the audit log (`deploy.audit`) with the OS user as actor;
 `forget --url` asks the running service instead, which records the admin token as actor.
@@ -20,32 +20,12 @@ from rich.table import Table
 from deploy.audit import audited, cli_actor
 from deploy.cli.common import call_service, err, open_store, settings_of
 from deploy.loop.privacy import forget_everywhere, training_data_rules
-from deploy.settings import masked
 from feedback.export import SharingRules, export_jsonl, export_parquet
 
 
 class ExportFormat(str, Enum):
     jsonl = "jsonl"
     parquet = "parquet"
-
-
-def config_show(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Print the effective settings (file + environment + flags), secrets masked."""
-    tree = masked(settings_of(ctx))
-    if as_json:
-        print(json.dumps(tree, indent=2))
-        return
-    table = Table("setting", "value")
-
-    def rows(node: dict, prefix: str = "") -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                rows(value, f"{prefix}{key}.")
-            else:
-                table.add_row(f"{prefix}{key}", str(value))
-
-    rows(tree)
-    Console().print(table)
 
 
 def db_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
@@ -136,9 +116,6 @@ def forget(
 
 
 def register(app: typer.Typer) -> None:
-    config_app = typer.Typer(help="Settings.", no_args_is_help=True)
-    config_app.command("show")(config_show)
-    app.add_typer(config_app, name="config")
     db_app = typer.Typer(help="The conversation store.", no_args_is_help=True)
     db_app.command("stats")(db_stats)
     app.add_typer(db_app, name="db")

@@ -1,10 +1,13 @@
-"""Who is calling: `IdentityMiddleware` resolves it once per request, and session cookies.
+"""The caller of each request: who they are, their session cookie, and what a guest brings along.
 
-Identity is resolved by `IdentityMiddleware` (pure ASGI, so streamed answers pass untouched): a
-bearer token, else the signed session cookie (checked against its server-side session), else a new
-anonymous id whose cookie is set on the response. The Gradio UI resolves the same cookie with the
-same `Auth.from_cookies`, so a browser is one user across UI and API, and a revoked session ends
-in both.
+- `IdentityMiddleware` (pure ASGI, so streamed answers pass untouched) resolves the caller once
+  per request: a bearer token, else the signed session cookie (checked against its server-side
+  session), else a new anonymous id whose cookie is set on the response. It also refuses bodies
+  over `MAX_BODY_BYTES` on /api and /v1 before any JSON is parsed.
+- The Gradio UI resolves the same cookie with the same `Auth.from_cookies`, so a browser is one
+  user across UI and API, and a revoked session ends in both.
+- `cookie_header` / `set_session` write the cookie; `identity_of` and `user_agent` read a request;
+  `adopt_guest_data` moves a guest's conversations to the account they sign in to.
 """
 
 from __future__ import annotations
