@@ -56,3 +56,30 @@ def test_under_ci_a_missing_prerequisite_fails_with_its_reason(tmp_path, ci):
     assert "1 failed, 1 passed, 1 error" in out, out
     for reason in ("no widget on this machine", "no gadget on this machine"):
         assert f"{reason} (CI is set" in out, out
+
+
+def test_ci_run_lists_the_skipped_tests_and_keeps_make_tests_status(tmp_path):
+    """`.ci/run` with a stand-in `make` that runs the sample (off CI: 2 skips) and exits 3."""
+    repo = TESTS.parent
+    sample = tmp_path / "sample"
+    sample.mkdir()
+    (sample / "conftest.py").write_text("from prereqs import pytest_runtest_setup  # noqa: F401\n")
+    (sample / "test_sample.py").write_text(SAMPLE)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(
+        f"#!/bin/sh\n[ \"$1\" = test ] || exit 99\n"
+        f"PYTHONPATH={TESTS} {sys.executable} -m pytest -q -p no:cacheprovider {sample}\nexit 3\n")
+    (bin_dir / "make").chmod(0o755)
+    ci = tmp_path / "checkout"  # a copy of .ci/ alone: the run writes test-output/ beside it
+    (ci / ".ci").mkdir(parents=True)
+    for name in ("run", "skipped.py"):
+        (ci / ".ci" / name).write_text((repo / ".ci" / name).read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    done = subprocess.run(["bash", str(ci / ".ci" / "run")], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    tail = done.stdout[done.stdout.rindex("skipped tests:"):]
+    assert tail.startswith("skipped tests: 2\n"), tail
+    assert "test_sample::test_marked: no widget on this machine" in tail
+    assert "test_sample::test_called: no gadget on this machine" in tail
