@@ -40,6 +40,12 @@ class StoreSettings:
     # How often a replica checks the scheduler lead and the live release (seconds): the longest a
     # takeover or a promotion made on another replica takes to show here (notifications are faster).
     coordination_s: float = pydantic.Field(default=2.0, gt=0, le=300)
+    # Crash recovery: a job row `running` whose process has not renewed its lease for this many
+    # seconds (each process renews its own every 10 s) is taken for dead by the replica leading
+    # the scheduler, and marked failed with the reason (its training run settled, its half-written
+    # files removed). On a DuckDB file one process owns the database, so every row left running
+    # is failed when the service starts, whatever this says.
+    job_lease_s: float = pydantic.Field(default=60.0, ge=30, le=86400)
 
 
 @dataclass

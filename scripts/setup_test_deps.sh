@@ -3,7 +3,8 @@
 # playwright package; never `playwright install`), axe-core (npm) for the accessibility check,
 # Debian's PostgreSQL server binaries (the tests start their own server in a temporary directory:
 # tests/pg_server.py; the packaged cluster is not used) and the separate vLLM CPU environment
-# (.venv-vllm). Needs root for apt-get; without it those tests skip with a reason.
+# (.venv-vllm). Needs root for apt-get; without it those tests skip with a reason (and fail under
+# CI, where CI is set: tests/prereqs.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 APT_UPDATED=

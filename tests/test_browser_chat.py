@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable
 
 import pytest
-from service_helpers import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, start_service, tiny_settings
+from prereqs import CHROMIUM, requires
+from service_helpers import ADMIN_TOKEN, CHROMIUM_ARGS, start_service, tiny_settings
 from store_peek import peek
 
 from deploy.service.auth import COOKIE_NAME
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's Chromium at /usr/bin/chromium "
-                                                     "(apt-get install -y chromium)"),
+    requires(CHROMIUM.exists(), "needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)"),
 ]
 
 WAIT_MS = 60_000

@@ -12,14 +12,15 @@ copied under docs/screenshots/).
 from __future__ import annotations
 
 import pytest
-from service_helpers import CHROMIUM, start_service, tiny_settings
+from prereqs import CHROMIUM, requires
+from service_helpers import start_service, tiny_settings
 from test_browser_chat import WAIT_MS, bot_texts, browser, open_app, send  # noqa: F401
 
 from evaluator.embeddings import SentenceEmbedder
 
 pytestmark = [
     pytest.mark.browser, pytest.mark.slow,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's Chromium at /usr/bin/chromium"),
+    requires(CHROMIUM.exists(), "needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)"),
 ]
 
 QUESTION = "My roommate never cleans the kitchen and it's driving me crazy. How do I bring it up without a fight?"

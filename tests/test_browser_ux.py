@@ -7,10 +7,9 @@ its steering; no serious accessibility violation (axe-core). Screenshots go to t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from service_helpers import ADMIN_TOKEN, CHROMIUM, start_service, tiny_settings
+from prereqs import AXE, CHROMIUM, requires
+from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 from test_browser_chat import (
     WAIT_MS,
     assistant_messages,
@@ -25,12 +24,11 @@ from test_browser_chat import (
     wait_until,
 )
 
-AXE = Path(__file__).resolve().parents[1] / ".cache" / "npm" / "node_modules" / "axe-core" / "axe.min.js"
 SIZES = {"phone": (390, 844), "desktop": (1400, 900)}
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's Chromium at /usr/bin/chromium"),
+    requires(CHROMIUM.exists(), "needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)"),
 ]
 
 
@@ -199,7 +197,7 @@ def test_delete_one_conversation_after_confirming(browser, live):  # noqa: F811
         ctx.close()
 
 
-@pytest.mark.skipif(not AXE.exists(), reason="needs axe-core (scripts/setup_test_deps.sh installs it with npm)")
+@requires(AXE.exists(), f"needs axe-core at {AXE} (scripts/setup_test_deps.sh installs it with npm)")
 def test_no_serious_accessibility_violations(sized, live):
     size, ctx = sized
     page = open_app(ctx, live.url)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from prereqs import SHARED_HH, requires
 
 from evaluator.hh_data import (
     SUBSETS,
@@ -17,8 +18,6 @@ from evaluator.hh_data import (
     parse_row,
     parse_transcript,
 )
-
-SHARED_HH = Path(__file__).resolve().parents[2] / "shared" / "data" / "hh-rlhf"
 
 
 def transcript(*turns: str) -> str:
@@ -138,7 +137,7 @@ def test_load_hh_finds_subsets_and_explains_a_missing_one(tmp_path):
         load_hh(tmp_path, ["harmless"])
 
 
-@pytest.mark.skipif(not SHARED_HH.is_dir(), reason="shared HH-RLHF data not present")
+@requires(SHARED_HH.is_dir(), f"the shared HH-RLHF data is not at {SHARED_HH}")
 def test_shared_hh_test_split_parses_completely():
     subsets = load_hh(SHARED_HH)
     stats = {name: s.stats.as_dict() for name, s in subsets.items()}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from prereqs import SHARED_HH, require
 
 import evaluator.moderation as moderation
 from evaluator.moderation import (
@@ -174,7 +174,5 @@ def test_risky_prompts_file_is_what_its_tool_makes():
     """The shipped file is reproducible from the HH-RLHF test split and the fixed rule."""
     from tools.data.make_risky_prompts import build
 
-    hh = Path(__file__).resolve().parents[2] / "shared" / "data" / "hh-rlhf"
-    if not (hh / "harmless-base" / "test.jsonl.gz").is_file():
-        pytest.skip(f"the HH-RLHF test splits are not at {hh}")
-    assert [r["prompt"] for r in build(hh)] == load_risky_prompts()
+    require((SHARED_HH / "harmless-base" / "test.jsonl.gz").is_file(), f"the HH-RLHF test splits are not at {SHARED_HH}")
+    assert [r["prompt"] for r in build(SHARED_HH)] == load_risky_prompts()

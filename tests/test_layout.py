@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from prereqs import requires
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -46,7 +46,7 @@ def test_no_function_over_80_lines_and_no_module_over_500():
     assert not long_functions, "split these functions: " + "; ".join(long_functions)
 
 
-@pytest.mark.skipif(not (BIN / "vulture").exists(), reason="vulture is a test dependency (pip install -e .[test])")
+@requires((BIN / "vulture").exists(), f"vulture is a test dependency, not in {BIN} (pip install -e .[test])")
 def test_no_unused_code_in_the_runtime_packages():
     # 80 % confidence: unused imports, functions, classes and variables that nothing in the repo
     # (tests and bench included) names. Lower confidences list every FastAPI route and Typer

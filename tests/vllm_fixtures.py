@@ -7,7 +7,8 @@ Use from a test module (pytest finds fixtures imported into the module):
 `vllm_server` is module-scoped: one server per test module (start-up is ~40 s on 2 cores), on a
 free localhost port, serving `vllm_model_dir` (the tiny random model by default; override the
 fixture in a module to serve another directory) with runtime LoRA loading enabled. Tests are
-skipped with the reason when `.venv-vllm` is absent (`scripts/setup_vllm_env.sh` creates it).
+skipped with the reason (failed under CI: `prereqs.require`) when `.venv-vllm` is absent
+(`scripts/setup_vllm_env.sh` creates it).
 A test may kill the server (`server.kill()`); the next test that asks for it gets it restarted
 (on a new port), or the test restarts it itself on the same port (`server.restart()`), as a
 supervisor would, so that clients configured with its URL find it again.
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prereqs import VLLM_PYTHON, require
 
 from deploy.serving.vllm import (
     VLLMNotInstalled,
@@ -34,16 +36,10 @@ from deploy.serving.vllm import (
     wait_healthy,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 START_TIMEOUT_S = 300.0  # generous: a busy 2-core CI box; the usual start is ~40 s
 LORA_RANK = 8
 MAX_MODEL_LEN = 1024
 
-requires_vllm = pytest.mark.skipif(
-    not VLLM_PYTHON.exists(),
-    reason=f"vLLM CPU environment missing ({VLLM_PYTHON}); create it with `bash scripts/setup_vllm_env.sh`",
-)
 
 
 def free_port() -> int:
@@ -128,12 +124,12 @@ def vllm_model_dir(tiny_model_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def _vllm_module_server(vllm_model_dir, tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"vLLM CPU environment missing ({VLLM_PYTHON}); create it with `bash scripts/setup_vllm_env.sh`")
+    require(VLLM_PYTHON.exists(),
+            f"vLLM CPU environment missing ({VLLM_PYTHON}); create it with `bash scripts/setup_vllm_env.sh`")
     try:
         python = find_vllm_python(VLLM_PYTHON)
     except VLLMNotInstalled as exc:
-        pytest.skip(f"{VLLM_PYTHON} exists but cannot import vllm: {exc}")
+        require(False, f"{VLLM_PYTHON} exists but cannot import vllm: {exc}")
     log_path = tmp_path_factory.mktemp("vllm-log") / "server.log"
     server = VLLMTestServer(Path(vllm_model_dir), log_path, python)
     server.start()

@@ -14,6 +14,10 @@ Design choices:
 - The store is reconciled lazily: `poll_training` reads the run directory and writes the outcome
   (status, metrics, error) into `training_runs` and `jobs`; a run whose process died without an
   outcome is recorded as failed with the resume hint.
+- After the process that started a run died (`recover_dead_run`, called by crash recovery): a
+  run whose subprocess still lives is left to finish; a crashed one is failed as above and loses
+  only its half-written files (the resume needs the rest); one that never started (its starter
+  died building the set) is failed and its directory removed: it holds no training to resume.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +38,7 @@ from feedback.store import Store, TrainingRun
 from feedback.store.analytics import feedback_count_since
 from trainer.config import config_for
 from trainer.process import RunError, cancel_run, start_run
-from trainer.rundir import RunState, pid_alive, run_state
+from trainer.rundir import RunState, pid_alive, remove_partial_files, run_state
 
 LOCK_FILE = "train.lock"
 ACTIVE = ("queued", "running")
@@ -240,6 +245,24 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
         store.update_job(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
                                              "loss": state.loss, "eta_s": state.eta_s})
     return TrainingStatus(run, state)
+
+
+def recover_dead_run(store: Store, run_id: str, reason: str) -> TrainingStatus:
+    """Settle a queued/running run whose starting process died (`reason` says which, and when)."""
+    status = poll_training(store, run_id)
+    run, state = status.run, status.state
+    if state.alive or run.status == "succeeded":
+        return status
+    if run.status in ACTIVE:  # no pid: the subprocess never started
+        error = f"{reason}, before the training process started; nothing was trained: train again"
+        run = store.update_training_run(run_id, status="failed", error=error)
+        if run.job_id:
+            store.update_job(run.job_id, status="failed", error=error)
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+        _release_lock(Path(run.run_dir).parent, run_id)
+        return TrainingStatus(run, state)
+    remove_partial_files(Path(run.run_dir))
+    return status
 
 
 def resume_training(store: Store, run_id: str, *, python: str | None = None) -> TrainingRun:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -124,6 +125,22 @@ def last_checkpoint(run_dir: Path) -> Path | None:
         if step.isdigit() and (path / "trainer_state.json").exists():
             ckpts.append((int(step), path))
     return max(ckpts)[1] if ckpts else None
+
+
+def remove_partial_files(run_dir: Path) -> list[str]:
+    """Delete what a killed run left half-written: checkpoints without their trainer state, the
+    adapter being saved (`.adapter.tmp`; `adapter/` appears only by an atomic rename) and temp
+    files. Complete checkpoints, the data snapshot and the logs stay: a resume starts from them.
+    Returns the names removed, relative to `run_dir`."""
+    run_dir = Path(run_dir)
+    partial = [p for p in (run_dir / CHECKPOINTS).glob("checkpoint-*") if not (p / "trainer_state.json").exists()]
+    partial += list(run_dir.glob(".*.tmp"))
+    for path in partial:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return sorted(str(p.relative_to(run_dir)) for p in partial)
 
 
 @dataclass

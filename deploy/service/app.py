@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from chat.backends import Backend, BackendError
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
+from deploy.loop.recovery import recover_stale_work
 from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages, review_routes
 from deploy.service.auth import Auth, Identity, session_secret
 from deploy.service.caller import IdentityMiddleware
@@ -67,6 +68,11 @@ def _start(services: Services, app: FastAPI, store: Store | None, backend: Backe
                      extras={"services": services, **services.extras})
     services.jobs = JobRegistry(scheduler, ctx)
     loaded = register_jobs(services.jobs) if register_jobs is not None else []
+    if not services.store.shared:  # on PostgreSQL the replica that takes the lead recovers (replicas.py)
+        try:
+            recover_stale_work(services.store, s, when="on starting the scheduler")
+        except Exception:  # noqa: BLE001 - left running rows are a nuisance; not serving would be worse
+            log.exception("crash recovery failed; jobs left running by a stopped process stay as they were")
     scheduler.start()
     app.state.scheduler = scheduler
     app.state.jobs = services.jobs

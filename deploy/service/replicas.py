@@ -11,6 +11,10 @@ shared: the store, `server.session_secret`, `data_dir`); what this module adds i
 - Jobs run on the leader, once: "run now" on any replica queues a row and notifies; the leader
   claims queued rows (`JobRegistry.dispatch`, one guarded UPDATE each) when notified and on every
   tick.
+- Crash recovery: the leader fails rows whose owner stopped renewing its lease
+  (`deploy.loop.recovery`) when it takes the lead and every `HEARTBEAT_S` while it leads: a
+  leader that died a moment before the takeover leaves rows whose lease is still fresh, so one
+  look at takeover is not enough.
 - Releases: a promotion or rollback on one replica commits the new live release and notifies;
   every replica hears it (or sees it on its next tick: notifications are a shortcut, the live row
   is the truth) and `refresh_release`s, which hot-swaps its adapter for new answers while answers
@@ -30,7 +34,11 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
+
+from deploy.loop.recovery import recover_stale_work
+from feedback.store.jobs import HEARTBEAT_S
 
 log = logging.getLogger("advisor.replicas")
 
@@ -48,6 +56,7 @@ class Coordinator:
         self.name = replica_name()
         self.leading = False
         self._lead = services.store.leadership("scheduler")
+        self._next_recovery = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="advisor-replica", daemon=True)
 
@@ -61,7 +70,8 @@ class Coordinator:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.interval_s + 5)
+        if self._thread.is_alive():  # never started: only the lead to hand back
+            self._thread.join(timeout=self.interval_s + 5)
         self._lead.release()
         self.leading = False
 
@@ -82,9 +92,19 @@ class Coordinator:
         was, self.leading = self.leading, self._lead.acquire()
         if self.leading != was:
             log.warning("replica %s %s the scheduler lead", self.name, "took" if self.leading else "lost")
+        if self.leading and (self.leading != was or time.monotonic() >= self._next_recovery):
+            self._next_recovery = time.monotonic() + HEARTBEAT_S
+            self.recover(when="on taking the scheduler lead" if self.leading != was else "while leading the scheduler")
         if self.leading and self.services.jobs is not None:
             self.services.jobs.dispatch()
         self.follow_release()
+
+    def recover(self, *, when: str) -> None:
+        """Fail the jobs of replicas that died (`deploy.loop.recovery`); never stops the tick."""
+        try:
+            recover_stale_work(self.services.store, self.services.settings, when=when)
+        except Exception:  # noqa: BLE001 - recovery is retried on the next round; serving goes on
+            log.exception("crash recovery failed on replica %s; retrying in %.0fs", self.name, HEARTBEAT_S)
 
     def follow_release(self) -> None:
         """Serve the live release if another replica changed it."""

@@ -11,19 +11,53 @@ Design choices:
   claims it, and `claim_job` is one guarded UPDATE (`WHERE status = 'queued'`), so of two
   replicas claiming at once exactly one gets the row (PostgreSQL re-checks the condition on the
   row the first one changed, and the second UPDATE matches nothing).
+- Crash recovery by lease: a running row names its `owner` (the store that runs it: host, pid and
+  a token, so two stores in one process are two owners) and `heartbeat_at`. On PostgreSQL each
+  store renews the lease of the rows it runs every `heartbeat_s` from a daemon thread, so a
+  replica that is alive (even one that lost the scheduler lock for a moment) keeps its rows, and
+  one that died stops renewing them; `stale_jobs` finds rows whose lease is older than the
+  caller's limit. A lease rather than the leader lock alone, because any process (a CLI command,
+  a replica that is not leading) may run a job, and rather than pids, because replicas live on
+  other hosts and in other containers. On a DuckDB file one process owns the database, so every
+  running row another store left is stale.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import secrets
+import socket
+import threading
+from datetime import datetime
 
 from feedback.store.db import Database
 from feedback.store.records import JOB_COLUMNS, Job, NotFound, job_from_row, new_id
 
 TERMINAL = ("succeeded", "failed", "skipped", "cancelled")
+HEARTBEAT_S = 10.0  # how often a store on PostgreSQL renews the lease of the jobs it runs
+
+log = logging.getLogger("advisor.store")
+
+
+def stop_reason(job: Job) -> str:
+    """Why a stale running row is being failed: its owner and its last sign of life."""
+    last = job.heartbeat_at or job.started_at or job.created_at
+    owner = job.owner or "a process that recorded no lease (a row from before leases)"
+    return f"the process that ran it stopped: {owner} at {last.isoformat(sep=' ', timespec='seconds')}"
 
 
 class Jobs(Database):
+    heartbeat_s: float = HEARTBEAT_S
+
+    @property
+    def owner(self) -> str:
+        """This store's lease id, "host:pid/token": the owner stamped on the jobs it runs."""
+        if "_owner" not in self.__dict__:
+            self._owner = f"{socket.gethostname()}:{os.getpid()}/{secrets.token_hex(3)}"
+        return self._owner
+
     def create_job(
         self, kind: str, *, trigger: str = "manual", params: dict | None = None,
         status: str = "running", parent_id: str | None = None,
@@ -31,10 +65,13 @@ class Jobs(Database):
         job_id = new_id()
         with self.transaction():
             self._execute(
-                "INSERT INTO jobs (id, kind, trigger, status, params, parent_id, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 'running' THEN now() END)",
-                [job_id, kind, trigger, status, json.dumps(params or {}), parent_id, status],
+                "INSERT INTO jobs (id, kind, trigger, status, params, parent_id, owner, started_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? = 'running' THEN now() END, "
+                "CASE WHEN ? = 'running' THEN now() END)",
+                [job_id, kind, trigger, status, json.dumps(params or {}), parent_id, self.owner, status, status],
             )
+        if status == "running":
+            self._keep_leases()
         return self.get_job(job_id)
 
     def update_job(
@@ -46,7 +83,9 @@ class Jobs(Database):
             sets.append("status = ?")
             params.append(status)
             if status == "running":
-                sets.append("started_at = coalesce(started_at, now())")
+                sets += ["started_at = coalesce(started_at, now())", "owner = ?", "heartbeat_at = now()"]
+                params.append(self.owner)
+                self._keep_leases()
             if status in TERMINAL:
                 sets.append("finished_at = now()")
         if result is not None:
@@ -84,9 +123,12 @@ class Jobs(Database):
     def claim_job(self, job_id: str) -> Job | None:
         """Move a queued job to running for this caller; None when someone else claimed it first."""
         row = self._returning(
-            "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, now()) "
-            f"WHERE id = ? AND status = 'queued' RETURNING {JOB_COLUMNS}", [job_id])
-        return job_from_row(row) if row else None
+            "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, now()), owner = ?, "
+            f"heartbeat_at = now() WHERE id = ? AND status = 'queued' RETURNING {JOB_COLUMNS}", [self.owner, job_id])
+        if row is None:
+            return None
+        self._keep_leases()
+        return job_from_row(row)
 
     def queued_jobs(self, *, limit: int = 20) -> list[Job]:
         """Jobs waiting to be claimed, oldest first."""
@@ -102,3 +144,53 @@ class Jobs(Database):
             [kind, exclude or ""],
         )
         return job_from_row(row) if row else None
+
+    # ---- leases (crash recovery)
+
+    def heartbeat_jobs(self) -> int:
+        """Renew the lease of every job this store runs; returns how many rows it renewed."""
+        return self._execute("UPDATE jobs SET heartbeat_at = now() WHERE owner = ? AND status = 'running'",
+                             [self.owner])
+
+    def stale_jobs(self, stale_after_s: float) -> list[Job]:
+        """Running rows of other owners whose lease is older than `stale_after_s` seconds (their
+        process died); on a DuckDB file every running row of another owner. Oldest first."""
+        rows = self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'running' AND coalesce(owner, '') <> ? "
+            "AND (? OR coalesce(heartbeat_at, started_at, created_at) < now() - INTERVAL '1 second' * ?) "
+            "ORDER BY created_at",
+            [self.owner, not self.shared, float(stale_after_s)])
+        return [job_from_row(r) for r in rows]
+
+    def reclaim_job(self, job: Job, error: str) -> Job | None:
+        """Mark a stale row (from `stale_jobs`) failed with `error`, unless it changed since it
+        was read (its owner renewed the lease or finished it): then None."""
+        last: datetime | None = job.heartbeat_at
+        with self.transaction():
+            changed = self._execute(
+                "UPDATE jobs SET status = 'failed', error = ?, finished_at = now() "
+                "WHERE id = ? AND status = 'running' AND heartbeat_at IS NOT DISTINCT FROM ?",
+                [error, job.id, last])
+        return self.get_job(job.id) if changed else None
+
+    def _keep_leases(self) -> None:
+        """Start this store's lease renewal (PostgreSQL only), once."""
+        if not self.shared or "_lease_thread" in self.__dict__:
+            return
+        self._lease_stop = threading.Event()
+        self._lease_thread = threading.Thread(target=self._renew_leases, name="advisor-job-leases", daemon=True)
+        self._lease_thread.start()
+
+    def _renew_leases(self) -> None:
+        while not self._lease_stop.wait(self.heartbeat_s):
+            try:
+                self.heartbeat_jobs()
+            except Exception:  # noqa: BLE001 - a database hiccup must not end the renewal
+                log.warning("could not renew the leases of %s's jobs; retrying in %.0fs", self.owner,
+                            self.heartbeat_s, exc_info=True)
+
+    def close(self) -> None:
+        if "_lease_thread" in self.__dict__:
+            self._lease_stop.set()
+            self._lease_thread.join(timeout=self.heartbeat_s + 5)
+        super().close()

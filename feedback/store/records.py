@@ -196,6 +196,8 @@ class Job:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    owner: str | None = None  # the lease id of the store that runs it (`Jobs.owner`)
+    heartbeat_at: datetime | None = None  # its owner's last sign of life while it runs
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,10 @@ USER_COLUMNS = "id, name, is_admin, created_at, password_hash, training_consent"
 CONVERSATION_COLUMNS = "id, user_id, title, source, created_at, updated_at"
 MESSAGE_COLUMNS = "m.id, m.conversation_id, m.parent_id, m.role, m.content, m.status, m.seq, m.created_at, m.generation"
 RATING_COLUMNS = "id, message_id, user_id, value, reasons, comment, created_at"
-JOB_COLUMNS = "id, kind, trigger, status, params, result, error, parent_id, created_at, started_at, finished_at"
+JOB_COLUMNS = (
+    "id, kind, trigger, status, params, result, error, parent_id, created_at, started_at, finished_at, owner, "
+    "heartbeat_at"
+)
 RELEASE_COLUMNS = "id, run_id, adapter_path, base_model, status, decision, created_at, promoted_at, retired_at"
 RUN_COLUMNS = (
     "id, job_id, method, status, run_dir, base_model, parent_release_id, data_hash, config, metrics, "

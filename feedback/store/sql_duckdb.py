@@ -306,3 +306,10 @@ CREATE TABLE event_reviews (
 );
 CREATE INDEX event_reviews_event ON event_reviews(event_id);
 """
+
+# Crash recovery: who runs a job (a lease id: host, pid and a per-store token) and when it last
+# said it was alive, so a row left `running` by a process that died can be told from a live one.
+V5 = """
+ALTER TABLE jobs ADD COLUMN owner VARCHAR;
+ALTER TABLE jobs ADD COLUMN heartbeat_at TIMESTAMPTZ;
+"""

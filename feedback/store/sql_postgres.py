@@ -298,3 +298,9 @@ CREATE TABLE event_reviews (
 );
 CREATE INDEX event_reviews_event ON event_reviews(event_id);
 """ + track_changes("event_reviews")
+
+# Crash recovery: the lease of a running job (its owner and last heartbeat).
+V5 = """
+ALTER TABLE jobs ADD COLUMN owner text;
+ALTER TABLE jobs ADD COLUMN heartbeat_at timestamptz;
+"""
