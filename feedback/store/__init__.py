@@ -36,8 +36,8 @@ from typing import Any
 from feedback.store import reports
 from feedback.store.audit import Audit, AuditEntry
 from feedback.store.evaluations import Evaluations
-from feedback.store.exports import ExportRecord, Exports
 from feedback.store.events import Events
+from feedback.store.exports import ExportRecord, Exports
 from feedback.store.jobs import Jobs
 from feedback.store.privacy import Privacy
 from feedback.store.ratings import Ratings

@@ -29,10 +29,6 @@ class ExportRecord:
     row_count: int
     created_at: datetime
 
-    def as_dict(self) -> dict:
-        return {"id": self.id, "actor": self.actor, "what": self.what, "path": self.path,
-                "rows": self.row_count, "at": self.created_at.isoformat()}
-
 
 _COLUMNS = "id, actor, what, path, row_count, created_at"
 
