@@ -7,11 +7,18 @@ Vocabulary (the `action` column; `target` in brackets):
 - job [job kind] — a job started by an operator (API, screen button; details: job_id, params)
 - gate [run id], train [run id], cancel [run id], cycle, extract — the CLI's direct runs
   (through `--url` they go via the API and are recorded there as `job`)
-- forget [user id] (details: rows deleted per table), export [format] (details: where, how many)
+- forget [user id] (details: rows deleted per table, unreached_exports: paths of exports outside
+  the data directory that may still hold the user's data), export [format] (details: to, rows,
+  export_id: every export is also an `exports` row, `note_export`, so forgetting can name it)
 - review [feedback event id] — an operator's verdict on a mined event (details: verdict, category,
   review_id); surfaces: api, operator
+- consent [user id] — a user's training consent changed by the service, not by them: signing in
+  merges a guest session and the stricter consent is kept (details: old, new, reason, guest);
+  the actor is the user who signed in; surfaces: api, ui
 Actors: the signed-in admin's user id ("admin" for `server.admin_user`), "admin-token" for the
-bearer token, "cli:<os user>" for a command run on the database directly. `details.surface` says
+bearer token, "cli:<os user>" for a command run on the database directly; a person's own user
+id for what happened to their own data at their request ("Delete my data": forget with surface
+api | ui; signing in: consent). `details.surface` says
 which surface it came through (api | operator | cli).
 
 Design choices:
@@ -31,14 +38,16 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from feedback.store import InvalidInput, NotFound, Store, StoreError
+from feedback.store.exports import STDOUT
 
 log = logging.getLogger("advisor.audit")
 
 ACTIONS = ("promote", "rollback", "refresh", "job", "gate", "train", "cancel", "cycle", "extract", "forget",
-           "export", "review")
+           "export", "review", "consent")
 
 
 @dataclass
@@ -89,6 +98,16 @@ def record(store: Store, actor: str, action: str, target: str, details: dict[str
         store.audit(actor, action, target, details)
     except (StoreError, OSError, ValueError, TypeError):
         log.exception("could not write the audit entry %s %s %s %s", actor, action, target, details)
+
+
+def note_export(store: Store, entry: Pending, actor: str, what: str, path: str | Path, rows: int) -> str:
+    """Inside an audited "export": remember where it was written (`Store.record_export`, so that
+    forgetting a user can name the copy) and put it in the audit entry. Returns the recorded path
+    (absolute, or "stdout")."""
+    where = STDOUT if str(path) == STDOUT else str(Path(path).resolve())
+    export = store.record_export(actor, what, where, rows)
+    entry.details.update(to=where, rows=rows, export_id=export.id)
+    return where
 
 
 def record_review(store: Store, actor: str, event_id: str, verdict: str, category: str | None, *,

@@ -279,9 +279,18 @@ class PrivacySettings:
     # only where no text leaves the store.
     redact_training_data: bool = True
     # Delete conversations last active more than this many days ago, and everything derived from
-    # them (0 = keep until the user deletes them). Runs as the "retention" job at retention_cron.
-    retention_days: int = pydantic.Field(default=0, ge=0)
+    # them and every copy under the data directory (0 = keep until the user deletes them). A year
+    # by default: long enough for a person to come back to an old conversation and for several
+    # training cycles to use it, no longer. Runs as the "retention" job at retention_cron (daily).
+    retention_days: int = pydantic.Field(default=365, ge=0)
     retention_cron: str = "30 4 * * *"
+    # PostgreSQL only, after forgetting, deleting a conversation or a retention sweep: false runs
+    # VACUUM on the tables rows were deleted from (the space is freed for reuse without blocking
+    # anyone; deleted bytes stay in the table files until new rows overwrite them); true runs
+    # VACUUM FULL, which rewrites those tables so their files keep none of the deleted bytes but
+    # locks each table while it is rewritten (the chat waits). The WAL and backups keep the
+    # bytes either way until they are recycled. (The DuckDB file is always rewritten whole.)
+    vacuum_full: bool = False
 
 
 @dataclass

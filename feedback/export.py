@@ -8,7 +8,8 @@ Parquet: one flat row per message, written by DuckDB itself (columnar, no Python
 An export marked for sharing (`sharing=SharingRules(...)`) leaves out the conversations of users
 who did not let their data be used (their setting, else the deployment default) and replaces
 personal data in every text (titles, messages, rating comments) by typed placeholders. A user's
-own export (`user_export`) is theirs as they wrote it: nothing redacted.
+own export (`user_export`) is theirs as they wrote it: nothing redacted, every row keyed to them,
+and a `left_out` section naming what it does not hold and why (secrets, data derived across users).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from feedback.store import Store
+from feedback.store import NotFound, Store
 from feedback.store.analytics import messages_table
+from feedback.store.privacy import NOT_EXPORTED
 
 
 def export_parquet(store: Store, out: Path) -> int:
@@ -74,9 +76,29 @@ def iter_conversation_records(store: Store, *, chunk: int = 500, sharing: Sharin
         offset += chunk
 
 
+# What a person's own export leaves out, and why; the export carries this list. Tables with a
+# user_id column that are left out are `feedback.store.privacy.NOT_EXPORTED`, added to it.
+LEFT_OUT = {
+    "sessions.id": "each session's id is a hash of the token in your sign-in cookie: a secret that "
+                   "identifies the session to the server and tells you nothing",
+    "users.password_hash": "a scrypt hash of your password: a secret, and no use to you",
+    "trained adapters": "model weights trained on many people's conversations at once: your part cannot "
+                        "be separated out; `training_runs` lists the runs that used your conversations",
+    "event_reviews": "operators' verdicts on whether a feedback event was mined correctly: a check of the "
+                     "miner, naming the operator; deleted with your data",
+    "audit_log": "the operators' record of their actions; where it names you, what changed is in this "
+                 "export already (for example `consent_history`)",
+    "copies outside the store": "training snapshots and operators' exports hold copies of the same "
+                                "conversations; deleting your data removes you from those under the "
+                                "service's data directory",
+}
+
+
 def user_export(store: Store, user_id: str, *, settings: dict | None = None) -> dict:
-    """Everything the store holds about one user, as they wrote it: their conversations (every
-    branch), answers with generation metadata, their ratings, and their settings."""
+    """Everything the store holds keyed to one person, as they wrote it: their account, their
+    conversations (every branch) with answers' generation metadata, and every other row keyed to
+    them (`Store.subject_data`: ratings, sibling choices, mined feedback events, sessions without
+    their secret ids, consent history, training runs), plus `left_out`: what is not here and why."""
     convs, page, before = [], 200, None
     while True:
         batch = store.list_conversations(user_id, limit=page, before=before)
@@ -84,8 +106,15 @@ def user_export(store: Store, user_id: str, *, settings: dict | None = None) -> 
         if len(batch) < page:
             break
         before = batch[-1].updated_at
-    return {"user_id": user_id, "settings": settings or {},
-            "conversations": [_record(store, c, None) for c in convs]}
+    try:
+        user = store.get_user(user_id)
+        account = {"id": user.id, "name": user.name, "is_admin": user.is_admin, "created_at": user.created_at,
+                   "training_consent": user.training_consent}
+    except NotFound:  # a guest who has written nothing has no row yet
+        account = {"id": user_id}
+    return {"user_id": user_id, "account": account, "settings": settings or {},
+            "conversations": [_record(store, c, None) for c in convs], **store.subject_data(user_id),
+            "left_out": {**NOT_EXPORTED, **LEFT_OUT}}
 
 
 def export_jsonl(store: Store, out: Path, *, sharing: SharingRules | None = None) -> int:

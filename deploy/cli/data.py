@@ -1,7 +1,9 @@
 """`advisor db stats | export | forget`: the store's contents, and the right to be forgotten.
 
 `export` and `forget` are written to the audit log (`deploy.audit`) with the OS user as actor;
-`forget --url` asks the running service instead, which records the admin token as actor.
+`forget --url` asks the running service instead, which records the admin token as actor. Every
+export is also recorded with its path (`note_export`), and `forget` names the recorded exports
+outside the data directory that may still hold the user's data (it purges those inside).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from deploy.audit import audited, cli_actor
+from deploy.audit import audited, cli_actor, note_export
 from deploy.cli.common import call_service, err, open_store, settings_of
-from deploy.loop.privacy import forget_everywhere, training_data_rules
+from deploy.loop.privacy import forget_everywhere, training_data_rules, unreached_sentence
 from feedback.export import SharingRules, export_jsonl, export_parquet
+from feedback.store.exports import STDOUT
 
 
 class ExportFormat(str, Enum):
@@ -60,7 +63,8 @@ def export(
             err.print("[red]--for-sharing writes JSON lines: use --format jsonl.[/red]")
             raise typer.Exit(2)
         sharing = SharingRules(**training_data_rules(settings))
-    with open_store(settings) as store, audited(store, cli_actor(), "export", fmt.value, surface="cli",
+    actor, what = cli_actor(), fmt.value + (" for sharing" if for_sharing else "")
+    with open_store(settings) as store, audited(store, actor, "export", fmt.value, surface="cli",
                                                  for_sharing=for_sharing) as entry:
         if fmt is ExportFormat.parquet:
             path = out or settings.data_path / "export.parquet"
@@ -69,7 +73,7 @@ def export(
         elif out is None:
             from feedback.export import iter_conversation_records
 
-            path, n = "stdout", 0
+            path, n = STDOUT, 0
             for record in iter_conversation_records(store, sharing=sharing):
                 sys.stdout.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
                 n += 1
@@ -77,7 +81,9 @@ def export(
         else:
             path, n = out, export_jsonl(store, out, sharing=sharing)
             err.print(f"wrote {n:,} conversations to {out}")
-        entry.details.update(to=str(path), rows=n)
+        where = note_export(store, entry, actor, what, path, n)
+    err.print(f"recorded this export ({where}): forgetting a user later names it when it lies outside "
+              f"the data directory ({settings.data_path}), which forgetting cannot purge")
 
 
 def forget(
@@ -96,7 +102,8 @@ def forget(
             raise typer.Exit(1)
         path = f"/api/admin/users/{quote(user, safe='')}/forget?confirm=true"
         body = call_service(url, token or settings.server.admin_token, path)
-        user_id, counts, copies = body["user_id"], body["deleted"], body.get("copies")
+        user_id, counts, copies, unreached = (body["user_id"], body["deleted"], body.get("copies"),
+                                              body.get("unreached_exports", []))
     else:
         with open_store(settings) as store:
             named = store.get_user_by_name(user)
@@ -105,14 +112,15 @@ def forget(
                 raise typer.Exit(1)
             with audited(store, cli_actor(), "forget", user_id, surface="cli") as entry:
                 out = forget_everywhere(store, settings, user_id)
-                counts, copies = out["deleted"], out["copies"]
-                entry.details["deleted"] = counts
+                counts, copies, unreached = out["deleted"], out["copies"], out["unreached_exports"]
+                entry.details.update(deleted=counts, unreached_exports=unreached)
     total = sum(v for k, v in counts.items() if k != "users")
     err.print(f"deleted {total:,} rows of user {user_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if copies:
         err.print(f"copies under the data directory: {copies['rows_removed']} row(s) removed and "
                   f"{copies['texts_replaced']} text(s) replaced in {copies['files_changed']} file(s)"
                   + (f"; could not read: {copies['errors']}" if copies["errors"] else ""))
+    err.print(unreached_sentence(unreached))
 
 
 def register(app: typer.Typer) -> None:

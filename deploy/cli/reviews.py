@@ -34,15 +34,16 @@ def export_cmd(
     extractor: Optional[str] = typer.Option(None, "--extractor", "-e", help="Only events of this extractor."),
 ) -> None:
     """Write reviewed events as gold JSON lines: each reviewed user message with its conversation."""
-    from deploy.audit import audited, cli_actor
+    from deploy.audit import audited, cli_actor, note_export
     from feedback.extract.reviews import export_gold
 
-    settings = settings_of(ctx)
-    with open_store(settings) as store, audited(store, cli_actor(), "export", "reviews-gold", surface="cli",
+    settings, actor = settings_of(ctx), cli_actor()
+    with open_store(settings) as store, audited(store, actor, "export", "reviews-gold", surface="cli",
                                                 extractor=extractor) as entry:
         n = export_gold(store, out, extractor=extractor)
-        entry.details.update(to=str(out), rows=n)
-    err.print(f"wrote {n:,} reviewed messages to {out}")
+        note_export(store, entry, actor, "reviews-gold", out, n)
+    err.print(f"wrote {n:,} reviewed messages to {out} (recorded: `advisor forget` names this file if it "
+              "lies outside the data directory)")
 
 
 def precision_cmd(

@@ -6,7 +6,9 @@ Design choices:
   retention job), so none can forget a step: take the footprint (ids and distinctive texts)
   while the rows exist; delete the rows in one transaction (`feedback.store`); purge the copies
   under the data directory (`feedback.purge`: training snapshots, dataset directories, reports,
-  exports); rewrite the database file so freed blocks keep no bytes (`Store.compact`).
+  exports); reclaim the database's freed space (`Store.reclaim_space`: the DuckDB file is
+  rewritten, PostgreSQL VACUUMs the touched tables). Exports recorded outside the data
+  directory (`Store.record_export`) cannot be purged: forgetting names them instead.
 - Synchronous: forgetting is rare, and "deleted" should mean deleted when the answer comes back.
   On a large data directory it takes seconds (compaction ≈ 2 s per 400k messages here).
 - Adapter weights trained on a forgotten user's conversations cannot be un-trained: the store
@@ -20,12 +22,15 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
+from deploy.audit import audited
 from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.settings import Settings
 from feedback.purge import purge_copies
 from feedback.store import Store
+from feedback.store.exports import STDOUT
 from feedback.store.privacy import Footprint
 
 _REDACTOR: dict[str, Any] = {}
@@ -51,15 +56,47 @@ def redactor(settings: Settings) -> Any:
 
 def _purge(store: Store, settings: Settings, footprint: Footprint) -> dict[str, Any]:
     report = purge_copies(settings.data_path, footprint, exclude=[store.path])
-    store.compact()
+    store.reclaim_space(full=settings.privacy.vacuum_full)
     return report.as_dict()
 
 
+def unreached_exports(store: Store, settings: Settings, since: datetime | None) -> list[str]:
+    """Paths of the exports written since `since` (the user's first conversation) that the purge
+    of the data directory cannot reach: written elsewhere, or to stdout. They may still hold the
+    user's data; the operator must delete them by hand."""
+    if since is None:
+        return []
+    root = settings.data_path.resolve()
+    return [e.path for e in store.exports_since(since)
+            if e.path == STDOUT or not Path(e.path).resolve().is_relative_to(root)]
+
+
+def unreached_sentence(paths: list[str]) -> str:
+    """What forgetting says about the copies it could not reach (CLI output, audit entry)."""
+    if not paths:
+        return "no export written since the user's first conversation lies outside the data directory"
+    return ("exports written before the forget that may still hold this user's data: " + ", ".join(paths)
+            + " (outside the data directory: delete or re-export them by hand)")
+
+
 def forget_everywhere(store: Store, settings: Settings, user_id: str) -> dict[str, Any]:
-    """Forget a user: their rows, the copies of them under the data directory, the freed bytes."""
+    """Forget a user: their rows, the copies of them under the data directory, the freed bytes;
+    and name the exports outside the data directory that may hold them (`unreached_exports`)."""
     footprint = store.user_footprint(user_id)
+    since = store.first_activity(user_id)
     deleted = store.forget_user(user_id)
-    return {"deleted": deleted, "copies": _purge(store, settings, footprint)}
+    return {"deleted": deleted, "copies": _purge(store, settings, footprint),
+            "unreached_exports": unreached_exports(store, settings, since)}
+
+
+def forget_myself(store: Store, settings: Settings, user_id: str, *, surface: str) -> dict[str, Any]:
+    """"Delete my data" (chat page, `DELETE /api/me`): `forget_everywhere`, audited with the user as
+    actor, so the operator learns of exports outside the data directory that may hold their data
+    (the person is not shown the operator's paths)."""
+    with audited(store, user_id, "forget", user_id, surface=surface) as entry:
+        out = forget_everywhere(store, settings, user_id)
+        entry.details.update(deleted=out["deleted"], unreached_exports=out["unreached_exports"])
+    return out
 
 
 def delete_conversation_everywhere(store: Store, settings: Settings, conversation_id: str,

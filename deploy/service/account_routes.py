@@ -48,7 +48,7 @@ def _signed_in(sign_in, body: Credentials, request: Request, services: Services,
         return throttled(exc)
     except AuthError as exc:
         raise ApiError(status, str(exc), code=code) from None
-    adopt_guest_data(services, identity_of(request), ident)
+    adopt_guest_data(services, identity_of(request), ident, surface="api")
     response = JSONResponse(me_dict(ident))
     set_session(response, services.auth, ident, request)
     return response

@@ -221,9 +221,9 @@ def _mount_ui(app: FastAPI, services: Services, panels: list[Any]) -> None:
 
 def _forget(services: Services, user_id: str) -> dict:
     """"Delete my data" on the chat page: every copy, and every session of the user ends at once."""
-    from deploy.loop.privacy import forget_everywhere
+    from deploy.loop.privacy import forget_myself
 
-    out = forget_everywhere(services.store, services.settings, user_id)
+    out = forget_myself(services.store, services.settings, user_id, surface="ui")
     services.auth.forgotten(user_id)
     return out
 

@@ -55,5 +55,6 @@ def admin_forget_user(user: str, confirm: bool = Query(False), ident: Identity =
         services.inflight.cancel(user_id)
         out = forget_everywhere(services.store, services.settings, user_id)
         services.auth.forgotten(user_id)
-        entry.details["deleted"] = out["deleted"]
-    return {"user_id": user_id, "deleted": out["deleted"], "copies": out["copies"]}
+        entry.details.update(deleted=out["deleted"], unreached_exports=out["unreached_exports"])
+    return {"user_id": user_id, "deleted": out["deleted"], "copies": out["copies"],
+            "unreached_exports": out["unreached_exports"]}

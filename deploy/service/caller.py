@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from deploy.audit import record
 from deploy.service.auth import COOKIE_NAME, Auth, Identity
 from deploy.service.state import Services
 
@@ -90,11 +91,17 @@ def identity_of(request: Request) -> Identity:
     return request.state.identity
 
 
-def adopt_guest_data(services: Services, before: Identity | None, after: Identity) -> dict[str, int]:
+def adopt_guest_data(services: Services, before: Identity | None, after: Identity, *, surface: str) -> dict:
     """A guest who signs up or signs in keeps what they did as a guest: their conversations,
-    ratings, choices and settings move to the account (one transaction in the store). Only an
-    anonymous browser session is adopted — never an API key's user, another account or the admin."""
+    ratings, choices and consent history move to the account (one transaction in the store). Only
+    an anonymous browser session is adopted — never an API key's user, another account or the
+    admin. When the account's training consent changes (the guest's opt-out is kept), the audit
+    log says so: whose, old and new value, and why."""
     if before is None or before.name is not None or before.is_admin or before.via not in ("cookie", "new") \
             or before.user_id == after.user_id:
         return {}
-    return services.store.move_user_data(before.user_id, after.user_id)
+    moved = services.store.move_user_data(before.user_id, after.user_id)
+    if "consent" in moved:
+        record(services.store, after.user_id, "consent", after.user_id,
+               {**moved["consent"], "guest": before.user_id, "surface": surface, "outcome": "ok"})
+    return moved

@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 
 from chat import turns
 from chat.threads import NEGATIVE_REASONS, POSITIVE_REASONS, thread_view
-from deploy.loop.privacy import delete_conversation_everywhere, forget_everywhere
+from deploy.loop.privacy import delete_conversation_everywhere, forget_myself
 from deploy.service.auth import Identity
 from deploy.service.caller import set_session
 from deploy.service.deps import me, services_of
@@ -102,7 +102,7 @@ def delete_me(request: Request, confirm: bool = Query(False), ident: Identity = 
         raise ApiError(400, "The operator account cannot delete itself this way; use `advisor forget`.",
                        code="invalid_input")
     services.inflight.cancel(ident.user_id)
-    out = forget_everywhere(services.store, services.settings, ident.user_id)
+    out = forget_myself(services.store, services.settings, ident.user_id, surface="api")
     services.auth.forgotten(ident.user_id)  # their sessions are deleted: stop this process's cache too
     fresh = services.auth.new_anonymous()
     response = JSONResponse({"deleted": out["deleted"], "copies": out["copies"], "new_session": me_dict(fresh)})

@@ -74,7 +74,7 @@ def signin_submit(request: Request, name: str = Form(""), password: str = Form("
         return HTMLResponse(_page(services, f'<p class="err" role="alert">{escape(str(exc))}</p>'),
                             status_code=status, headers=headers)
     if not ident.is_admin:
-        adopt_guest_data(services, identity_of(request), ident)
+        adopt_guest_data(services, identity_of(request), ident, surface="ui")
     response = RedirectResponse("/", status_code=303)
     set_session(response, services.auth, ident, request)
     return response

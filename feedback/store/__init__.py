@@ -17,7 +17,7 @@ Layout:
   `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
   `evaluations`, `releases`, `privacy` (forgetting a user), `sessions` (server-side sessions and
   log-in attempts), `audit` (the operator audit log), `reviews` (operators' verdicts on mined
-  feedback events).
+  feedback events), `exports` (where exports were written).
 - Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
   (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
   DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL.
@@ -37,6 +37,7 @@ from feedback.store import reports
 from feedback.store.audit import Audit, AuditEntry
 from feedback.store.evaluations import Evaluations
 from feedback.store.events import Events
+from feedback.store.exports import ExportRecord, Exports
 from feedback.store.jobs import Jobs
 from feedback.store.privacy import Privacy
 from feedback.store.ratings import Ratings
@@ -65,7 +66,7 @@ from feedback.store.runs import Runs
 from feedback.store.sessions import Session, Sessions
 
 
-class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews):
+class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews, Exports):
     """Typed read/write API over one DuckDB file or a PostgreSQL database. Safe for many threads
     of one process; on PostgreSQL also for many processes."""
 
@@ -75,7 +76,7 @@ class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Session
 
 
 __all__ = [
-    "MAX_MESSAGE_CHARS", "VERDICTS", "AuditEntry", "EventReview", "ReviewedEvent", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
+    "MAX_MESSAGE_CHARS", "VERDICTS", "AuditEntry", "EventReview", "ExportRecord", "ReviewedEvent", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
     "MessageNode", "NotFound", "Rating", "Release", "Session", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
     "clean_text", "new_id",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from feedback.store.records import (
     CONVERSATION_COLUMNS,
@@ -31,7 +32,9 @@ from feedback.store.records import (
     new_id,
     without_nul,
 )
-from feedback.store.users import Users
+from feedback.store.users import Users, stricter_consent
+
+MERGED_CONSENT_REASON = "merged guest session: stricter consent kept"
 
 _CREATE_CONVERSATION = ("INSERT INTO conversations (id, user_id, title, source) VALUES (?, ?, ?, ?) "
                         "RETURNING created_at, updated_at")
@@ -84,19 +87,25 @@ class Conversations(Users):
                           [title, conversation_id, user_id])
         return self.get_conversation(conversation_id, user_id=user_id)
 
-    def move_user_data(self, from_user: str, to_user: str) -> dict[str, int]:
-        """A guest signs up or signs in: their conversations, ratings, sibling choices and
-        consent become the account's, in one transaction. Returns rows moved per table."""
+    def move_user_data(self, from_user: str, to_user: str) -> dict[str, Any]:
+        """A guest signs up or signs in: their conversations, ratings, sibling choices and consent
+        history become the account's, in one transaction. The account keeps the stricter of the
+        two consents (`stricter_consent`: the guest's opt-out is not undone by signing in), and a
+        change is written to its consent history. Returns rows moved per table, and under
+        "consent" the change made ({"old", "new", "reason"}), if any."""
         if from_user == to_user:
             return {}
         with self.transaction():
             self.ensure_user(to_user)
-            moved = {table: self._execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", [to_user, from_user])
-                     for table in ("conversations", "ratings", "sibling_choices")}
-            consent = self._read_one("SELECT training_consent FROM users WHERE id = ?", [from_user])
-            if consent is not None and consent[0] is not None:
-                self._execute("UPDATE users SET training_consent = coalesce(training_consent, ?) WHERE id = ?",
-                              [consent[0], to_user])
+            moved: dict[str, Any] = {
+                table: self._execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", [to_user, from_user])
+                for table in ("conversations", "ratings", "sibling_choices", "consent_changes")}
+            guest = self._read_one("SELECT training_consent FROM users WHERE id = ?", [from_user])
+            if guest is not None:  # no row: the guest never wrote anything, so chose nothing
+                kept = stricter_consent(guest[0], self.training_consent(to_user))
+                old = self._change_consent(to_user, kept, MERGED_CONSENT_REASON)
+                if old != kept:
+                    moved["consent"] = {"old": old, "new": kept, "reason": MERGED_CONSENT_REASON}
             self._execute("DELETE FROM users WHERE id = ? AND name IS NULL", [from_user])
             self._known_users.discard(from_user)
         return moved

@@ -126,10 +126,11 @@ class Database:
         (PostgreSQL: `pg_advisory_xact_lock`; DuckDB: its write lock, held already)."""
         self._engine.xact_lock(name)
 
-    def compact(self) -> None:
-        """Make deleted rows unrecoverable from the database files where the store owns them (the
-        DuckDB file: rewritten; see `duck.DuckDBEngine.compact`)."""
-        self._engine.compact()
+    def compact(self, tables: Sequence[str] = (), *, full: bool = False) -> None:
+        """Reclaim the space deleted rows held, the database's way: the DuckDB file is rewritten
+        whole (`duck.DuckDBEngine.compact`); PostgreSQL VACUUMs `tables`, with `full` VACUUM FULL
+        (`pg.PostgresEngine.compact`). Outside any transaction."""
+        self._engine.compact(tables, full=full)
 
     def _committed_seq(self) -> int:
         """The highest `messages.seq` below which every message that will ever commit has

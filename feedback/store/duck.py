@@ -117,10 +117,10 @@ class DuckDBEngine:
                     self._running -= 1
                     self._gate.notify_all()
 
-    def compact(self) -> None:
+    def compact(self, tables: Sequence[str] = (), *, full: bool = False) -> None:
         """Rewrite the database file so deleted rows leave no bytes behind (after forgetting a
-        user or a retention sweep). Blocks other statements while it runs: about 2 s per 400k
-        messages here."""
+        user or a retention sweep): every table, whatever `tables` and `full` say. Blocks other
+        statements while it runs: about 2 s per 400k messages here."""
         with self.write_lock:
             with self._gate:
                 self._swapping = True

@@ -66,6 +66,8 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "operators audit mined feedback: event reviews", duckdb=sql_duckdb.V4, postgres=sql_postgres.V4),
     Migration(5, "crash recovery: a running job's owner and heartbeat (its lease)",
               duckdb=sql_duckdb.V5, postgres=sql_postgres.V5),
+    Migration(6, "people's data: consent history, records of exports written to files",
+              duckdb=sql_duckdb.V6, postgres=sql_postgres.V6),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -31,6 +31,7 @@ Design choices:
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +49,7 @@ from feedback.store.records import StoreError
 Params = Sequence[Any]
 MIGRATION_LOCK = 0x61647669736F7201  # pg_advisory_xact_lock key: one replica migrates at a time
 SETTLE_TIMEOUT_S = 2.0
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 @lru_cache(maxsize=2048)
@@ -99,10 +101,22 @@ class PostgresEngine:
         self._mirror = None
         self._mirror_lock = threading.Lock()
 
-    def compact(self) -> None:
-        """Nothing to rewrite here: PostgreSQL's files live on the database server, not under the
-        data directory, and autovacuum reclaims deleted rows' space (`VACUUM FULL` rewrites a table
-        at once, with an exclusive lock: the operator's call, see docs/privacy.md)."""
+    def compact(self, tables: Sequence[str] = (), *, full: bool = False) -> None:
+        """VACUUM the tables deletes touched, now rather than when autovacuum gets to them: dead
+        rows are removed from their pages and the space is marked free for reuse (index entries
+        too), without a lock that blocks reads or writes; the deleted bytes can stay in a page's
+        free space until new rows overwrite them (measured: the forgotten text was still in the
+        `conversations` file after VACUUM). `full`: VACUUM FULL rewrites each table into new
+        files, which keep none of them, under an exclusive lock (the operator's choice,
+        `privacy.vacuum_full`). VACUUM cannot run in a transaction, so each runs alone on a
+        pooled (autocommit) connection."""
+        if self.in_transaction():
+            raise StoreError("VACUUM cannot run inside a transaction; compact after it commits.")
+        for table in tables:
+            if not _IDENTIFIER.fullmatch(table):
+                raise StoreError(f"Not a table name: {table!r}.")
+            with self.connection() as conn:
+                conn.execute(f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {table}")
 
     def close(self) -> None:
         if self._mirror is not None:

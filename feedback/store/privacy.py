@@ -9,9 +9,15 @@ Design choices:
 - Forgetting also deletes the user row and remembers the id in `forgotten_users`, so no later
   write (a stale session, an import) can bring the user back, and training-set builds skip any
   row of theirs that got in regardless.
-- What was deleted can survive in two places the rows do not reach: the database file's freed
-  blocks (DuckDB does not overwrite them; `compact()` rewrites the file), and copies outside the
-  store (training snapshots, exports: `feedback.purge`, given the `Footprint` taken before).
+- What was deleted can survive in two places the rows do not reach: the database's freed space
+  (`reclaim_space`: DuckDB does not overwrite freed blocks, so its file is rewritten; PostgreSQL
+  runs VACUUM on the tables deletes touched), and copies outside the store (training snapshots,
+  exports: `feedback.purge`, given the `Footprint` taken before; exports written elsewhere are
+  known from `exports` and named to the operator).
+- A person's own copy (`subject_data`) and forgetting them cover the same tables: every table
+  with a user_id column is in `EXPORTED_TABLES` or in `NOT_EXPORTED` with the reason, and the
+  tests fail when a new one is in neither. Sessions are exported without their id, a hash of
+  the cookie's token.
 - Releases trained on a forgotten user's conversations are known from `run_users`: weights
   cannot be un-trained, so the registry marks them and the operator decides.
 """
@@ -36,6 +42,33 @@ _DERIVED = [
     ("messages", "DELETE FROM messages WHERE conversation_id IN ({convs})"),
     ("conversations", "DELETE FROM conversations WHERE id IN ({convs})"),
 ]
+# Every table deletes touch, for `reclaim_space` (the DELETE statements above, and forget_user's).
+DELETED_TABLES = tuple(dict.fromkeys(
+    [t for t, sql in _DERIVED if sql.startswith("DELETE")] + ["sessions", "consent_changes", "users"]))
+
+# Every table with a user_id column whose rows go into the person's own export: conversations
+# (with their messages, feedback events and generation metadata, `feedback.export`) and the
+# sections of `subject_data`: (section, columns, FROM … WHERE, the user id bound once per `?`).
+EXPORTED_TABLES = ("conversations", "ratings", "sibling_choices", "sessions", "consent_changes", "run_users")
+_SUBJECT_SECTIONS = [
+    ("ratings", "message_id, value, reasons, comment, created_at",
+     "FROM ratings WHERE user_id = ? ORDER BY created_at, id"),
+    ("sibling_choices", "conversation_id, parent_id, message_id, created_at",
+     "FROM sibling_choices WHERE user_id = ? ORDER BY created_at, id"),
+    ("feedback_events", "conversation_id, message_id, target_message_id, category, span, span_start, span_end, "
+                        "extractor, extractor_version, created_at",
+     "FROM feedback_events WHERE conversation_id IN (SELECT id FROM conversations WHERE user_id = ?) "
+     "ORDER BY created_at, id"),
+    ("sessions", "created_at, expires_at, last_seen_at, revoked_at, is_admin, user_agent",
+     "FROM sessions WHERE user_id = ? ORDER BY created_at"),
+    ("consent_history", "old_value, new_value, reason, created_at",
+     "FROM consent_changes WHERE user_id = ? ORDER BY created_at, id"),
+    ("training_runs", "run_id", "FROM run_users WHERE user_id = ? ORDER BY run_id"),
+]
+# Tables with a user_id column that the person's export leaves out, and why (the export says so).
+NOT_EXPORTED = {
+    "forgotten_users": "ids of users already deleted: a user who can ask for their data has no row there",
+}
 # Texts shorter than this are not searched for in copies: "thanks" is everybody's.
 MIN_NEEDLE_CHARS = 24
 
@@ -101,9 +134,32 @@ class Privacy(Users):
             counts["ratings"] += self._execute("DELETE FROM ratings WHERE user_id = ?", [user_id])
             counts["sibling_choices"] += self._execute("DELETE FROM sibling_choices WHERE user_id = ?", [user_id])
             counts["sessions"] = self._execute("DELETE FROM sessions WHERE user_id = ?", [user_id])
+            counts["consent_changes"] = self._execute("DELETE FROM consent_changes WHERE user_id = ?", [user_id])
             counts["users"] = self._execute("DELETE FROM users WHERE id = ?", [user_id])
             self._execute("INSERT INTO forgotten_users (user_id) VALUES (?) ON CONFLICT DO NOTHING", [user_id])
         return counts
+
+    def first_activity(self, user_id: str) -> datetime | None:
+        """When the user's oldest conversation began (None: they have none): an export written
+        before then cannot hold their conversations."""
+        row = self._read_one("SELECT min(created_at) FROM conversations WHERE user_id = ?", [user_id])
+        return row[0] if row else None
+
+    def reclaim_space(self, *, full: bool = False) -> None:
+        """After deleting people's rows: reclaim the space they held, the database's way
+        (`Database.compact`; `full`: PostgreSQL rewrites the tables too)."""
+        self.compact(DELETED_TABLES, full=full)
+
+    def subject_data(self, user_id: str) -> dict[str, list[dict]]:
+        """The person's rows outside their conversation trees, section by section (see
+        `_SUBJECT_SECTIONS`): ratings, sibling choices, mined feedback events, sessions (no id),
+        consent history, and the training runs that used their conversations."""
+        out = {}
+        for section, columns, source in _SUBJECT_SECTIONS:
+            names = [c.strip() for c in columns.split(",")]
+            rows = self._read(f"SELECT {columns} {source}", [user_id] * source.count("?"))
+            out[section] = [dict(zip(names, row)) for row in rows]
+        return out
 
     def conversation_footprint(self, conversation_id: str, user_id: str) -> Footprint:
         return self._footprint("SELECT id FROM conversations WHERE id = ? AND user_id = ?",

@@ -313,3 +313,27 @@ V5 = """
 ALTER TABLE jobs ADD COLUMN owner VARCHAR;
 ALTER TABLE jobs ADD COLUMN heartbeat_at TIMESTAMPTZ;
 """
+
+# v6: people's data. Every change of a user's training consent, with its reason (the person's own
+# history, in their export); and every export written to a file, so that forgetting a user can
+# name the copies it cannot reach.
+V6 = """
+CREATE TABLE consent_changes (
+    id          VARCHAR PRIMARY KEY,
+    user_id     VARCHAR NOT NULL,
+    old_value   BOOLEAN,                   -- NULL: the deployment's default applied
+    new_value   BOOLEAN,
+    reason      VARCHAR NOT NULL,          -- 'set by the user', 'merged guest session: stricter consent kept'
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX consent_changes_user ON consent_changes(user_id);
+
+CREATE TABLE exports (
+    id          VARCHAR PRIMARY KEY,
+    actor       VARCHAR NOT NULL,          -- the audit actor who wrote it
+    what        VARCHAR NOT NULL,          -- jsonl | jsonl for sharing | parquet | reviews-gold
+    path        VARCHAR NOT NULL,          -- absolute path, or 'stdout'
+    row_count   BIGINT NOT NULL DEFAULT 0,   -- conversations, messages or reviews written
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""

@@ -304,3 +304,25 @@ V5 = """
 ALTER TABLE jobs ADD COLUMN owner text;
 ALTER TABLE jobs ADD COLUMN heartbeat_at timestamptz;
 """
+
+# v6: consent history and export records (see sql_duckdb.V6).
+V6 = """
+CREATE TABLE consent_changes (
+    id          text PRIMARY KEY,
+    user_id     text NOT NULL,
+    old_value   boolean,
+    new_value   boolean,
+    reason      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX consent_changes_user ON consent_changes(user_id);
+
+CREATE TABLE exports (
+    id          text PRIMARY KEY,
+    actor       text NOT NULL,
+    what        text NOT NULL,
+    path        text NOT NULL,
+    row_count   bigint NOT NULL DEFAULT 0,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+""" + track_changes("consent_changes", "exports")

@@ -7,10 +7,15 @@ Design choices:
   shared (PostgreSQL) store another replica may forget the user, which this process's cache would
   not hear of, so there every call checks (two lookups per new conversation, not per turn).
 - A forgotten id stays in `forgotten_users` forever; writing for it again is refused.
+- Training consent is a column on the user (what training-set builds read) plus a history row per
+  change (`consent_changes`: old value, new value, why), written in the same transaction, so the
+  person's export can show when and why it changed. `stricter_consent` is the one rule for
+  merging two choices: opted out beats the default, which beats opted in.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +67,39 @@ class Users(Database):
     def is_forgotten(self, user_id: str) -> bool:
         return self._read_one("SELECT 1 FROM forgotten_users WHERE user_id = ?", [user_id]) is not None
 
-    def set_training_consent(self, user_id: str, consent: bool | None) -> None:
-        """Record whether the user's conversations may train the advisor (None: the default)."""
+    def set_training_consent(self, user_id: str, consent: bool | None, *, reason: str = "set by the user") -> None:
+        """Record whether the user's conversations may train the advisor (None: the default), and
+        the change in the user's consent history (nothing when the value stays the same)."""
         with self.transaction():
             self.ensure_user(user_id)
+            self._change_consent(user_id, consent, reason)
+
+    def _change_consent(self, user_id: str, consent: bool | None, reason: str) -> bool | None:
+        """Set the column and append the history row, inside the caller's transaction; returns the
+        old value."""
+        old = self.training_consent(user_id)
+        if old != consent:
             self._execute("UPDATE users SET training_consent = ? WHERE id = ?", [consent, user_id])
+            self._execute("INSERT INTO consent_changes (id, user_id, old_value, new_value, reason) "
+                          "VALUES (?, ?, ?, ?, ?)", [new_id(), user_id, old, consent, reason])
+        return old
+
+    def consent_history(self, user_id: str) -> list[tuple[bool | None, bool | None, str, datetime]]:
+        """(old value, new value, reason, when) of every change of the user's consent, oldest first."""
+        return [tuple(r) for r in self._read(  # type: ignore[misc]
+            "SELECT old_value, new_value, reason, created_at FROM consent_changes WHERE user_id = ? "
+            "ORDER BY created_at, id", [user_id])]
 
     def training_consent(self, user_id: str) -> bool | None:
         row = self._read_one("SELECT training_consent FROM users WHERE id = ?", [user_id])
         return row[0] if row else None
+
+
+def stricter_consent(a: bool | None, b: bool | None) -> bool | None:
+    """The stricter of two consent choices, whatever the deployment's default: an opt-out (False)
+    wins, then no choice (None: the default, which may be "no"), then an opt-in (True)."""
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return True
