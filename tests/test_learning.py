@@ -192,8 +192,8 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     from deploy.loop.cycle import CycleConfig, run_recorded_cycle
     from deploy.loop.safety import make_safety_filter
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
-    from deploy.release.registry import ensure_base_release
     from deploy.release.judges import load_moderator, moderator_dir
+    from deploy.release.registry import ensure_base_release
     from feedback.datasets import read_card
     from feedback.store import Store
     from trainer.launch import launch_training, poll_training

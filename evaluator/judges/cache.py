@@ -36,10 +36,12 @@ def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 64, threads:
     pairs, left_out = load_judge_pairs(hh_dir)
     have = _load(out)
     done = {(s, int(r)) for s, r in zip(have.get("subset", []), have.get("row", []))}
-    todo = [jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done]
+    # Test and dev first: with them done, training can start on whatever train pairs are ready.
+    todo = sorted((jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done),
+                  key=lambda jp: {"test": 0, "dev": 1, "train": 2}[jp.split])
     print(f"{len(pairs)} pairs ({len(done)} cached, {len(todo)} to go); left out: {left_out}", flush=True)
     feat = Featurizer(model_dir, FeatureConfig())
-    cols = {k: list(v) for k, v in have.items()}
+    cols = {k: list(v) for k, v in have.items() if k != "encoder"}
     t0 = time.time()
     for start in range(0, len(todo), chunk):
         part = todo[start: start + chunk]
