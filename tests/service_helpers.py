@@ -30,6 +30,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def judge_model_dir() -> Path:
+    from conftest import cache_dir
+
+    return cache_dir() / "models" / "smollm2-135m-instruct"
+
+
 def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
     from deploy.settings import load_settings
 
@@ -40,6 +46,8 @@ def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
         "server.max_message_chars": 4000, "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
         # Tests that mistype a password on purpose retry at once; tests/test_sessions.py times the throttle.
         "server.login_delay_s": 0.0,
+        # The judges read the served base model's features; `make test` builds it in the test cache.
+        "judges.model_dir": str(judge_model_dir()),
     }
     values.update(overrides)
     return load_settings(environ={}, overrides=values)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from service_helpers import judge_model_dir
 
 from deploy.loop.cycle import CycleConfig, run_recorded_cycle
 from deploy.loop.safety import make_safety_filter
@@ -69,7 +70,7 @@ def test_filter_removes_flagged_and_gate_rejects_poisoned_candidate(tmp_path, bu
         "data_dir": str(tmp_path), "backend.kind": "transformers", "backend.model": model, "backend.device": "cpu",
         "backend.steering": "steerlm", "gate.hh_limit": 5, "gate.helpfulness_prompts": 4,
         "gate.harmlessness_prompts": 40, "gate.max_new_tokens": 40, "gate.steer_prompts": 2,
-        "gate.steer_values": [0, 4]})
+        "gate.steer_values": [0, 4], "judges.model_dir": str(judge_model_dir())})
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, model)
         unsafe = poison(store, model)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from service_helpers import tiny_settings
+from service_helpers import judge_model_dir, tiny_settings
 from test_trainer_runs import make_run_dir
 from typer.testing import CliRunner
 
@@ -93,6 +93,7 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
         f'data_dir = "{root / "data"}"\n'
         "[gate]\nhelpfulness_prompts = 4\nharmlessness_prompts = 6\nmax_new_tokens = 24\nhh_data = \"off\"\n"
         "steer_prompts = 2\nsteer_values = [0, 4]\n"
+        f'[judges]\nmodel_dir = "{judge_model_dir()}"\n'
         "[gate.harmlessness]\nfloor = 1.01\ntolerance = 0.02\n"  # no share of safe answers reaches it
     )
     with Store(root / "data" / "advisor.duckdb") as store:

@@ -12,6 +12,7 @@ and each request alone. Training (`evaluator.judges.train`) reads both files.
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def _load(path: Path) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 64, threads: int | None = None) -> Path:
+def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 32, threads: int | None = None) -> Path:
     import torch
 
     if threads:
@@ -36,9 +37,11 @@ def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 64, threads:
     pairs, left_out = load_judge_pairs(hh_dir)
     have = _load(out)
     done = {(s, int(r)) for s, r in zip(have.get("subset", []), have.get("row", []))}
-    # Test and dev first: with them done, training can start on whatever train pairs are ready.
-    todo = sorted((jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done),
-                  key=lambda jp: {"test": 0, "dev": 1, "train": 2}[jp.split])
+    # Test and dev first, then train in a seeded shuffle: training can start on whatever train
+    # pairs are ready, and they are a random sample of all of them.
+    todo = [jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done]
+    random.Random(0).shuffle(todo)
+    todo.sort(key=lambda jp: {"test": 0, "dev": 1, "train": 2}[jp.split])
     print(f"{len(pairs)} pairs ({len(done)} cached, {len(todo)} to go); left out: {left_out}", flush=True)
     feat = Featurizer(model_dir, FeatureConfig())
     cols = {k: list(v) for k, v in have.items() if k != "encoder"}
