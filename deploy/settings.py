@@ -287,6 +287,33 @@ class CanarySettings:
 
 
 @dataclass
+class GuardSettings:
+    # The safety guard on every chat surface (web page, /api, /v1, `advisor ask`; chat.guard): the
+    # request is judged before the model is called and the answer at each sentence end; a risky
+    # request gets the refusal instead of an answer, an unsafe answer is stopped and replaced by it.
+    # Off: nothing is judged or refused (the safety policy below still applies unless emptied).
+    enabled: bool = True
+    # P(request seeks harmful help) at or above which the request is refused, and P(answer unsafe)
+    # at or above which the answer is replaced. Placeholders until the harmlessness judge's dev split
+    # gives measured thresholds: with today's judge (the embedding moderator, trained on advice tips,
+    # not requests) 0.5 refuses 71 of the 243 everyday advice requests (29 %) and 129 of the 171
+    # risky ones (75 %) shipped in evaluator/data.
+    request_threshold: float = pydantic.Field(default=0.5, ge=0.0, le=1.0)
+    answer_threshold: float = pydantic.Field(default=0.5, ge=0.0, le=1.0)
+    # The refusal's opening sentence; a second sentence pointing to legitimate help (a crisis line, a
+    # locksmith, emergency services, a doctor or pharmacist) follows when the request's topic has
+    # one (chat.guard.POINTERS).
+    refusal: str = pydantic.Field(default="I'm sorry, but I can't help with that.", min_length=1, max_length=500)
+    # The safety policy: the first system message of every prompt the served model gets (an operator's
+    # or an API caller's system message follows it). Short, because a 135M model follows little.
+    # Empty: no policy; any other text replaces it.
+    system_prompt: str = pydantic.Field(
+        default=("You are a kind, careful advisor. Give safe, legal, practical advice. If a request could hurt "
+                 "someone or break the law, say briefly that you cannot help with it."),
+        max_length=4000)
+
+
+@dataclass
 class Settings:
     data_dir: str = "./data"
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -298,6 +325,7 @@ class Settings:
     gate: GateSettings = field(default_factory=GateSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
     canary: CanarySettings = field(default_factory=CanarySettings)
+    guard: GuardSettings = field(default_factory=GuardSettings)
 
     # Paths derived from data_dir, resolved once.
     @property

@@ -41,6 +41,9 @@ def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
         "server.max_message_chars": 4000, "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
         # Tests that mistype a password on purpose retry at once; tests/test_sessions.py times the throttle.
         "server.login_delay_s": 0.0,
+        # The safety guard's verdicts on the tiny model's gibberish would be arbitrary: the guard's own
+        # tests (tests/test_guard_service.py) switch it on with a deterministic judge.
+        "guard.enabled": False,
     }
     values.update(overrides)
     return load_settings(environ={}, overrides=values)
