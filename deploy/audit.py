@@ -10,6 +10,8 @@ Vocabulary (the `action` column; `target` in brackets):
 - forget [user id] (details: rows deleted per table), export [format] (details: where, how many)
 - review [feedback event id] — an operator's verdict on a mined event (details: verdict, category,
   review_id); surfaces: api, operator
+- safety_mark [answer id] — an operator's mark on an answer the safety guard refused or replaced
+  (details: label wrong|right, mark_id); surface: operator
 Actors: the signed-in admin's user id ("admin" for `server.admin_user`), "admin-token" for the
 bearer token, "cli:<os user>" for a command run on the database directly. `details.surface` says
 which surface it came through (api | operator | cli).
@@ -38,7 +40,7 @@ from feedback.store import InvalidInput, NotFound, Store, StoreError
 log = logging.getLogger("advisor.audit")
 
 ACTIONS = ("promote", "rollback", "refresh", "job", "gate", "train", "cancel", "cycle", "extract", "forget",
-           "export", "review")
+           "export", "review", "safety_mark")
 
 
 @dataclass
@@ -101,3 +103,12 @@ def record_review(store: Store, actor: str, event_id: str, verdict: str, categor
         review = store.add_review(event_id, actor, verdict, category or None)
         entry.details["review_id"] = review.id
     return review.as_dict()
+
+
+def record_safety_mark(store: Store, actor: str, message_id: str, label: str, *, surface: str) -> dict:
+    """An operator's mark on a refusal (`Store.mark_safety`: "wrong" = it should have been answered),
+    audited with its outcome. Raises the store's NotFound / InvalidInput."""
+    with audited(store, actor, "safety_mark", message_id, surface=surface, label=label) as entry:
+        mark = store.mark_safety(message_id, actor, label)
+        entry.details["mark_id"] = mark.id
+    return mark.as_dict()

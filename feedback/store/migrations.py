@@ -64,6 +64,8 @@ MIGRATIONS: list[Migration] = [
     Migration(3, "people's data and chat UX: consent, server-side sessions, log-in attempts, audit log, who a run trained on, withdrawn ratings, canary releases",
               duckdb=sql_duckdb.V3, postgres=sql_postgres.V3),
     Migration(4, "operators audit mined feedback: event reviews", duckdb=sql_duckdb.V4, postgres=sql_postgres.V4),
+    Migration(5, "operators mark the safety guard's refusals right or wrong: safety marks",
+              duckdb=sql_duckdb.V5, postgres=sql_postgres.V5),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1].version

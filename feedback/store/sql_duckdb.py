@@ -306,3 +306,14 @@ CREATE TABLE event_reviews (
 );
 CREATE INDEX event_reviews_event ON event_reviews(event_id);
 """
+
+V5 = """
+CREATE TABLE safety_marks (
+    id          VARCHAR PRIMARY KEY,
+    message_id  VARCHAR NOT NULL,              -- an answer the safety guard refused or replaced
+    operator    VARCHAR NOT NULL,              -- the audit actor: a user id, 'admin-token', 'cli:<user>'
+    label       VARCHAR NOT NULL CHECK (label IN ('wrong', 'right')),
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX safety_marks_message ON safety_marks(message_id);
+"""

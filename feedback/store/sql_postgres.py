@@ -298,3 +298,14 @@ CREATE TABLE event_reviews (
 );
 CREATE INDEX event_reviews_event ON event_reviews(event_id);
 """ + track_changes("event_reviews")
+
+V5 = """
+CREATE TABLE safety_marks (
+    id          text PRIMARY KEY,
+    message_id  text NOT NULL,
+    operator    text NOT NULL,
+    label       text NOT NULL CHECK (label IN ('wrong', 'right')),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX safety_marks_message ON safety_marks(message_id);
+""" + track_changes("safety_marks")
