@@ -73,6 +73,15 @@ def generation_dict(message: Message) -> dict | None:
     }
 
 
+def safety_dict(message: Message) -> dict | None:
+    """What the safety guard decided about an answer, as a user may see it: verdict and score (the
+    model's withdrawn text stays with the operators)."""
+    safety = message.generation.safety if message.generation is not None else None
+    if not safety:
+        return None
+    return {"verdict": safety.get("verdict"), "score": safety.get("score")}
+
+
 def latest_ratings(store: Store, user_id: str, message_ids: list[str]) -> dict[str, dict]:
     """The user's latest rating of each message, in one query, as the view shows it."""
     return {mid: {"value": int(r.value), "reasons": list(r.reasons or []), "comment": r.comment or ""}

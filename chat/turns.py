@@ -24,6 +24,11 @@ Design choices:
 - Regenerate adds an assistant sibling under the same user message; edit adds a user sibling
   under the same parent and answers it. The model sees `store.thread(conversation, leaf)`: the
   branch being answered, never the siblings.
+- The safety guard (`chat.guard`, when the context has one) judges the question before the model
+  is called (submit, or the start of a regeneration) and the answer at each sentence end and at
+  its end. A refused or replaced answer is stored `complete` with `finish_reason='content_filter'`,
+  its text the refusal, and `generation.safety` says what the guard decided and why; the policy
+  (`TurnContext.policy`) is the prompt's system message, whatever surface asked.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chat.backends.base import Backend, BackendError, Generation, SamplingParams
+from chat.guard import ALLOWED, FINISH_FILTERED, REFUSED, REPLACED, AnswerWatch, Guard, Replace, with_policy
 from chat.steering import check_mode
 from feedback.attributes import Attributes
 from feedback.store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
@@ -55,6 +61,10 @@ class TurnContext:
     # Which arm serves a user while a canary runs: user id -> (adapter to pin, None = the active
     # one; arm label stored with the answer). None: everyone gets the active adapter, arm "live".
     route: Callable[[str], tuple[str | None, str]] | None = None
+    # The safety guard (None: answers are neither judged nor refused) and the safety policy put
+    # first in the system message of every prompt ('' = none).
+    guard: Guard | None = None
+    policy: str = ""
 
     def arm_of(self, user_id: str) -> tuple[str | None, str]:
         return self.route(user_id) if self.route is not None else (None, "live")
@@ -84,7 +94,7 @@ class Turn:
     def __init__(self, ctx: TurnContext, *, conversation_id: str, user_message: Message,
                  new_conversation: bool, attributes: Attributes, params: SamplingParams,
                  generation: Generation | None = None, start_error: Exception | None = None,
-                 arm: tuple[str | None, str] = (None, "live")) -> None:
+                 arm: tuple[str | None, str] = (None, "live"), request_risk: float | None = None) -> None:
         self.ctx = ctx
         self.adapter, self.arm = arm  # the adapter pinned for this user's arm (None: the active one)
         self.conversation_id = conversation_id
@@ -96,12 +106,22 @@ class Turn:
         self._start_error = start_error  # the backend refused at submit: raised (and logged) on iteration
         self.answer: Message | None = None
         self.error: Exception | None = None
+        self.safety: dict | None = None  # the guard's decision, stored with the answer
+        self._request_risk = request_risk  # judged at submit; None: judge when the turn starts
+        self._refusal: str | None = None  # the text shown instead of the model's (refused / replaced)
         self._cancel = threading.Event()
         self._started = False
 
     @property
     def text(self) -> str:
+        if self._refusal is not None:
+            return self._refusal
         return self.generation.text if self.generation is not None else ""
+
+    @property
+    def filtered(self) -> bool:
+        """Whether the guard wrote this answer (a refused request or a replaced answer)."""
+        return self._refusal is not None
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -109,14 +129,23 @@ class Turn:
             self.generation.cancel()
 
     def __iter__(self) -> Iterator[str]:
+        """The answer's text deltas; a `chat.guard.Replace` item withdraws what came before."""
         if self._started:
             raise RuntimeError("a Turn can be run only once")
         self._started = True
         stream = None
+        guard, question = self.ctx.guard, self.user_message.content
         try:
             if self._start_error is not None:
                 raise self._start_error
             if self._cancel.is_set():
+                return
+            if guard is not None and self._request_risk is None:  # a regeneration: judged now
+                self._request_risk = guard.request_risk(question)
+            if guard is not None and self._request_risk >= guard.request_threshold:
+                self._refusal = guard.refusal_for(question)
+                self.safety = guard.verdict(REFUSED, self._request_risk)
+                yield self._refusal
                 return
             if self.generation is None:
                 thread = self.ctx.store.thread(self.conversation_id, self.user_message.id)
@@ -125,10 +154,17 @@ class Turn:
             if self._cancel.is_set():  # cancelled between submit and start
                 self.generation.cancel()
             stream = iter(self.generation)
+            watch = AnswerWatch()
             for delta in stream:
+                if guard is not None and watch.due(self.generation.text) and self._unsafe(guard, question):
+                    yield Replace(self._refusal)
+                    return
                 # As the store keeps it (PostgreSQL's text cannot hold NUL): what the reader saw
                 # streaming is what the history shows afterwards.
                 yield delta.replace("\x00", "\ufffd")
+            finished = not self._cancel.is_set() and self.generation.finish_reason != "cancelled"
+            if guard is not None and finished and watch.pending(self.generation.text) and self._unsafe(guard, question):
+                yield Replace(self._refusal)
         except (GeneratorExit, KeyboardInterrupt, SystemExit):
             self.cancel()
             raise
@@ -139,6 +175,19 @@ class Turn:
             if stream is not None:
                 stream.close()  # lets the backend finish its bookkeeping (token counts)
             self.answer = self._log_answer()
+
+    def _unsafe(self, guard: Guard, question: str) -> bool:
+        """Judge the answer so far; when unsafe, stop the model and put the refusal in its place."""
+        text = self.generation.text
+        risk = guard.answer_risk(question, text)
+        if risk < guard.answer_threshold:
+            self.safety = guard.verdict(ALLOWED, risk, request_score=self._request_risk)
+            return False
+        self.generation.cancel()
+        self._refusal = guard.refusal_for(question)
+        self.safety = guard.verdict(REPLACED, risk, request_score=self._request_risk,
+                                    model_answer=text.replace("\x00", "\ufffd"))
+        return True
 
     def run(self) -> Message:
         """Generate the whole answer and return it as stored (raises `BackendError` on failure)."""
@@ -151,6 +200,8 @@ class Turn:
         gen = self.generation
         if self.error is not None:
             status, finish = "error", "error"
+        elif self.filtered:
+            status, finish = "complete", FINISH_FILTERED
         elif self._cancel.is_set() or (gen is not None and gen.finish_reason == "cancelled"):
             status, finish = "interrupted", "cancelled"
         else:
@@ -174,12 +225,21 @@ class Turn:
             completion_tokens=gen.completion_tokens if gen is not None else None,
             finish_reason=finish,
             error=str(self.error) if self.error is not None else None,
+            safety=self._safety_record(),
         )
         return self.ctx.store.add_message(
             self.conversation_id, "assistant", self.text,
             parent_id=self.user_message.id, status=status, generation=meta,
         )
 
+
+    def _safety_record(self) -> dict | None:
+        guard = self.ctx.guard
+        if guard is None or self.error is not None:
+            return None
+        if self.safety is None:  # nothing of the answer was judged (stopped before its first sentence)
+            return guard.verdict(ALLOWED, None, request_score=self._request_risk)
+        return self.safety
 
     def _release_id(self, gen: Generation | None) -> str | None:
         pinned = self.ctx.release_of(gen.adapter) if (gen is not None and self.ctx.release_of) else None
@@ -231,10 +291,13 @@ def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: C
     """Start generating, then store the question while the model reads its prompt."""
     attributes, params = attributes or Attributes(), params or SamplingParams()
     arm = ctx.arm_of(user_id)
-    generation, start_error = None, None
+    generation, start_error, risk = None, None, None
     try:
-        generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes, params,
-                                       arm[0])
+        if ctx.guard is not None:
+            risk = ctx.guard.request_risk(text)
+        if risk is None or risk < ctx.guard.request_threshold:  # a risky request never reaches the model
+            generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes,
+                                           params, arm[0])
     except Exception as exc:  # still store the question; the failure is logged as its answer
         start_error = exc
     try:
@@ -245,11 +308,12 @@ def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: C
         raise
     return Turn(ctx, conversation_id=question.conversation_id, user_message=question,
                 new_conversation=new_conversation, attributes=attributes, params=params,
-                generation=generation, start_error=start_error, arm=arm)
+                generation=generation, start_error=start_error, arm=arm, request_risk=risk)
 
 
 def _start_generation(ctx: TurnContext, messages: list[dict], attributes: Attributes,
                       params: SamplingParams, adapter: str | None = None) -> Generation:
+    messages = with_policy(messages, ctx.policy)
     if adapter is None:  # the active adapter: backends that predate arms need not take the keyword
         return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params)
     return ctx.backend.stream(messages, attributes=attributes, steering=ctx.steering, params=params, adapter=adapter)

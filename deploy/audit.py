@@ -15,6 +15,8 @@ Vocabulary (the `action` column; `target` in brackets):
 - consent [user id] — a user's training consent changed by the service, not by them: signing in
   merges a guest session and the stricter consent is kept (details: old, new, reason, guest);
   the actor is the user who signed in; surfaces: api, ui
+- safety_mark [answer id] — an operator's mark on an answer the safety guard refused or replaced
+  (details: label wrong|right, mark_id); surface: operator
 Actors: the signed-in admin's user id ("admin" for `server.admin_user`), "admin-token" for the
 bearer token, "cli:<os user>" for a command run on the database directly; a person's own user
 id for what happened to their own data at their request ("Delete my data": forget with surface
@@ -47,7 +49,7 @@ from feedback.store.exports import STDOUT
 log = logging.getLogger("advisor.audit")
 
 ACTIONS = ("promote", "rollback", "refresh", "job", "gate", "train", "cancel", "cycle", "extract", "forget",
-           "export", "review", "consent")
+           "export", "review", "consent", "safety_mark")
 
 
 @dataclass
@@ -120,3 +122,12 @@ def record_review(store: Store, actor: str, event_id: str, verdict: str, categor
         review = store.add_review(event_id, actor, verdict, category or None)
         entry.details["review_id"] = review.id
     return review.as_dict()
+
+
+def record_safety_mark(store: Store, actor: str, message_id: str, label: str, *, surface: str) -> dict:
+    """An operator's mark on a refusal (`Store.mark_safety`: "wrong" = it should have been answered),
+    audited with its outcome. Raises the store's NotFound / InvalidInput."""
+    with audited(store, actor, "safety_mark", message_id, surface=surface, label=label) as entry:
+        mark = store.mark_safety(message_id, actor, label)
+        entry.details["mark_id"] = mark.id
+    return mark.as_dict()

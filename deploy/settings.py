@@ -343,6 +343,33 @@ class CanarySettings:
 
 
 @dataclass
+class GuardSettings:
+    # The safety guard on every chat surface (web page, /api, /v1, `advisor ask`; chat.guard): the
+    # request is judged before the model is called and the answer at each sentence end; a risky
+    # request gets the refusal instead of an answer, an unsafe answer is stopped and replaced by it.
+    # Off: nothing is judged or refused (the safety policy below still applies unless emptied).
+    enabled: bool = True
+    # P(request seeks harmful help) at or above which the request is refused, and P(answer unsafe)
+    # at or above which the answer is replaced. Unset: the harmlessness judge's own thresholds,
+    # chosen for the best F1 on the labelled safety set's training part and shipped with its
+    # weights (their precision and recall on the held-out part: docs/judges.md). With the first
+    # moderator as judge (judges.kind = "fallback") 0.5 refused 29 % of 243 everyday advice requests.
+    request_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
+    answer_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
+    # The refusal's opening sentence; a second sentence pointing to legitimate help (a crisis line, a
+    # locksmith, emergency services, a doctor or pharmacist) follows when the request's topic has
+    # one (chat.guard.POINTERS).
+    refusal: str = pydantic.Field(default="I'm sorry, but I can't help with that.", min_length=1, max_length=500)
+    # The safety policy: the first system message of every prompt the served model gets (an operator's
+    # or an API caller's system message follows it). Short, because a 135M model follows little.
+    # Empty: no policy; any other text replaces it.
+    system_prompt: str = pydantic.Field(
+        default=("You are a kind, careful advisor. Give safe, legal, practical advice. If a request could hurt "
+                 "someone or break the law, say briefly that you cannot help with it."),
+        max_length=4000)
+
+
+@dataclass
 class Settings:
     data_dir: str = "./data"
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -355,6 +382,7 @@ class Settings:
     judges: JudgeSettings = field(default_factory=JudgeSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
     canary: CanarySettings = field(default_factory=CanarySettings)
+    guard: GuardSettings = field(default_factory=GuardSettings)
 
     # Paths derived from data_dir, resolved once.
     @property

@@ -83,6 +83,7 @@ def register_commands(app: "typer.Typer") -> None:
         extract,
         model,
         release,
+        safety,
         serve,
         simulate,
         train,
@@ -92,7 +93,7 @@ def register_commands(app: "typer.Typer") -> None:
     for group in (config, data, chat, model):
         group.register(app)
     serve.register(app, create_app=create_app)
-    for group in (extract, train, evaluate, release, cycle, vllm, simulate, audit):
+    for group in (extract, train, evaluate, release, cycle, vllm, simulate, audit, safety):
         group.register(app)
 
 
@@ -108,9 +109,9 @@ def register_jobs(registry: "JobRegistry") -> list[str]:
 
 def operator_panels(services: Any) -> list["PanelBuilder"]:
     """The operator screen's panels below its overview, top to bottom."""
-    from deploy.operator import audit, canary, controls, cycle, feedback, releases, review, serving, training
+    from deploy.operator import audit, canary, controls, cycle, feedback, releases, review, safety, serving, training
 
-    modules = (feedback, review, serving, releases, canary, controls, training, cycle, audit)
+    modules = (feedback, review, safety, serving, releases, canary, controls, training, cycle, audit)
     return [module.operator_panel(services) for module in modules]
 
 

@@ -48,6 +48,9 @@ def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
         "server.login_delay_s": 0.0,
         # The judges read the served base model's features; `make test` builds it in the test cache.
         "judges.model_dir": str(judge_model_dir()),
+        # The safety guard's verdicts on the tiny model's gibberish would be arbitrary: the guard's own
+        # tests (tests/test_guard_service.py) switch it on with a deterministic judge.
+        "guard.enabled": False,
     }
     values.update(overrides)
     return load_settings(environ={}, overrides=values)

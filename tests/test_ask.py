@@ -30,8 +30,9 @@ def invoke(app, data_dir: Path, *args: str, env: dict | None = None, input: str 
 
 @pytest.fixture
 def tiny_env(tiny_model_dir) -> dict:
+    # The guard's verdicts on the tiny model's gibberish would be arbitrary; test_guard_service.py tests it.
     return {"ADVISOR_BACKEND__KIND": "transformers", "ADVISOR_BACKEND__MODEL": str(tiny_model_dir),
-            "ADVISOR_BACKEND__DEVICE": "cpu"}
+            "ADVISOR_BACKEND__DEVICE": "cpu", "ADVISOR_GUARD__ENABLED": "false"}
 
 
 BAD_INPUTS = [
@@ -102,7 +103,7 @@ def test_another_users_conversation_is_refused(app, tmp_path, tiny_env):
 
 def test_server_down_logs_the_question_and_says_what_to_do(app, tmp_path):
     env = {"ADVISOR_BACKEND__KIND": "openai", "ADVISOR_BACKEND__BASE_URL": "http://127.0.0.1:9/v1",
-           "ADVISOR_BACKEND__MODEL": "m", "ADVISOR_BACKEND__MAX_RETRIES": "0"}
+           "ADVISOR_BACKEND__MODEL": "m", "ADVISOR_BACKEND__MAX_RETRIES": "0", "ADVISOR_GUARD__ENABLED": "false"}
     result = invoke(app, tmp_path, "ask", "Anyone home?", env=env)
     assert result.exit_code == 1
     assert "Cannot reach the model server at http://127.0.0.1:9/v1" in result.stderr
@@ -162,7 +163,8 @@ def test_verbosity_changes_answer_length_and_every_turn_is_exported(app, tmp_pat
     for i, question in enumerate(QUESTIONS):
         for verbosity in (0, 4):
             result = invoke(app, tmp_path, "ask", question, "--verbosity", str(verbosity), "--seed", str(i),
-                            "--user", "bench", env={"ADVISOR_BACKEND__KIND": "builtin", "ADVISOR_BACKEND__DEVICE": "cpu"})
+                            "--user", "bench", env={"ADVISOR_BACKEND__KIND": "builtin", "ADVISOR_BACKEND__DEVICE": "cpu",
+                                                    "ADVISOR_GUARD__ENABLED": "false"})  # lengths, not refusals
             assert result.exit_code == 0, result.output
             conv_id = result.stderr.strip().splitlines()[-1].removeprefix("conversation: ")
             conversations[conv_id] = (question, verbosity)

@@ -82,6 +82,7 @@ def cluster(pg_server, tiny_model_dir, tmp_path_factory):
         "ADVISOR_SERVER__SESSION_SECRET": "shared-by-every-replica",
         "ADVISOR_SCHEDULE__EXTRACT_EVERY_MINUTES": "0.05", "ADVISOR_SCHEDULE__TRAIN_CRON": "",
         "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+        "ADVISOR_GUARD__ENABLED": "false",  # arbitrary verdicts on gibberish; tests/test_guard_service.py
     }
     replicas = [start_replica(env, data / f"replica{i}.log") for i in range(2)]
     try:

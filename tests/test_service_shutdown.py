@@ -40,7 +40,8 @@ def test_sigterm_finishes_or_interrupts_answers_and_releases_the_database(tiny_m
     port = free_port()
     env = {**os.environ, "ADVISOR_BACKEND__KIND": "transformers", "ADVISOR_BACKEND__MODEL": str(tiny_model_dir),
            "ADVISOR_BACKEND__DEVICE": "cpu", "ADVISOR_BACKEND__STEERING": "steerlm",
-           "ADVISOR_SCHEDULE__EXTRACT_EVERY_MINUTES": "0", "ADVISOR_SCHEDULE__TRAIN_CRON": ""}
+           "ADVISOR_SCHEDULE__EXTRACT_EVERY_MINUTES": "0", "ADVISOR_SCHEDULE__TRAIN_CRON": "",
+           "ADVISOR_GUARD__ENABLED": "false"}  # arbitrary verdicts on gibberish; tests/test_guard_service.py
     env.pop("ADVISOR_CONFIG", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "deploy.wiring", "--data-dir", str(tmp_path), "serve", "--port", str(port),

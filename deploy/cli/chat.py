@@ -6,7 +6,10 @@ Design choices:
 - The answer streams to stdout and nothing else goes there (unless `--json`), so
   `advisor ask ... > answer.txt` works; the conversation id, warnings and progress go to stderr.
 - The turn runs through `chat.turns` with the live release applied, like the web app: same
-  steering, same limits, same metadata.
+  steering, same limits, same metadata, same safety guard and policy. A terminal cannot take back
+  what it printed: an answer the guard withdraws mid-stream is followed by a line saying so and
+  the refusal (the stored answer is the refusal alone); `--json` prints the stored answer and the
+  guard's `safety` verdict.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from chat.backends import BackendError, SamplingParams
+from chat.guard import Replace
+from chat.threads import safety_dict
 from chat.turns import send
 from deploy.cli.common import settings_of
 from deploy.serving.factory import make_backend, model_needs_build, sampling_params, turn_context, use_live_release
+from deploy.serving.guard import make_guard, warm_up
 from deploy.settings import Settings, SettingsError
 from feedback.attributes import Attributes, InvalidAttributes
 from feedback.store import InvalidInput, NotFound, Store, StoreError, clean_text
@@ -114,11 +120,17 @@ def ask(
             raise _fail(str(exc), 2) from None
         except (BackendError, SettingsError) as exc:
             raise _fail(str(exc), 1) from None
+        guard = make_guard(settings)
+        try:
+            with err.status("Loading the safety judge…"):
+                warm_up(guard)
+        except Exception as exc:  # e.g. the sentence encoder's package is missing
+            raise _fail(f"The safety judge could not be loaded, so nothing was asked: {exc}", 1) from None
         try:
             release_id, warning = use_live_release(store, backend)
             if warning:
                 err.print(f"[yellow]{warning}[/yellow]", highlight=False)
-            tctx = turn_context(settings, store, backend, source="cli", release_id=release_id)
+            tctx = turn_context(settings, store, backend, source="cli", release_id=release_id, guard=guard)
             turn = send(tctx, user_id=user_id, text=text, conversation_id=conversation,
                         attributes=attributes, params=params)
         except (NotFound, InvalidInput) as exc:
@@ -134,9 +146,13 @@ def _stream(turn, as_json: bool) -> int:
     """Print the answer; return the exit code. The turn logs itself however this ends."""
     try:
         for delta in turn:
-            if not as_json:
-                sys.stdout.write(delta)
-                sys.stdout.flush()
+            if as_json:
+                continue
+            if isinstance(delta, Replace):
+                sys.stdout.write("\n")
+                err.print("[yellow](the safety check withdrew the answer above)[/yellow]", highlight=False)
+            sys.stdout.write(delta)
+            sys.stdout.flush()
     except BackendError as exc:
         if not as_json:
             sys.stdout.write("\n")
@@ -167,6 +183,7 @@ def _stream(turn, as_json: bool) -> int:
             "completion_tokens": g.completion_tokens,
             "latency_ms": g.latency_ms,
             "first_token_ms": g.first_token_ms,
+            "safety": safety_dict(answer),
         }, ensure_ascii=False))
     else:
         sys.stdout.write("\n")

@@ -18,6 +18,7 @@ Design choices:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from chat.backends import Backend, BackendError
+from chat.guard import Guard, SafetyJudge
 from deploy.loop.jobs import JobContext, JobRegistry, make_scheduler
 from deploy.loop.recovery import recover_stale_work
 from deploy.service import account_routes, admin_routes, audit_routes, chat_routes, openai_routes, pages, review_routes
@@ -36,6 +38,7 @@ from deploy.service.metrics import Metrics, MetricsMiddleware
 from deploy.service.replicas import start_coordinator
 from deploy.service.state import Services
 from deploy.serving.factory import make_backend
+from deploy.serving.guard import make_guard, warm_up
 from deploy.settings import Settings
 from feedback.store import Store
 
@@ -49,8 +52,10 @@ OperatorPanels = Callable[[Services], list[Any]]
 
 
 def _start(services: Services, app: FastAPI, store: Store | None, backend: Backend | None,
-           register_jobs: RegisterJobs | None) -> None:
+           register_jobs: RegisterJobs | None, judge: SafetyJudge | None = None) -> None:
     s = services.settings
+    services.guard = make_guard(s, judge)
+    threading.Thread(target=_warm_guard, args=(services.guard,), name="advisor-guard-warm-up", daemon=True).start()
     services.store = store if store is not None else Store(s.store_target, **s.store_options)
     services.auth = Auth(s.server, services.store, session_secret(s.server, s.data_path))
     if backend is None:
@@ -81,6 +86,13 @@ def _start(services: Services, app: FastAPI, store: Store | None, backend: Backe
              backend.kind, backend.model, services.release_id or "base", loaded or "none")
 
 
+def _warm_guard(guard: Guard | None) -> None:
+    try:
+        warm_up(guard)
+    except Exception:  # the first turn tries again and, if the judge still fails, says so to its user
+        log.exception("the safety judge could not be loaded")
+
+
 def _log_build_progress(step: int, total: int, loss: float) -> None:
     if step == 1 or step == total or step % max(1, total // 10) == 0:
         log.info("building the built-in model: step %d/%d, loss %.3f", step, total, loss)
@@ -104,12 +116,13 @@ def _stop(services: Services, app: FastAPI, own_store: bool, own_backend: bool) 
         services.store.close()
 
 
-def _lifespan(services: Services, store: Store | None, backend: Backend | None, register_jobs: RegisterJobs | None):
+def _lifespan(services: Services, store: Store | None, backend: Backend | None, register_jobs: RegisterJobs | None,
+              judge: SafetyJudge | None):
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         import anyio.to_thread
 
-        await anyio.to_thread.run_sync(_start, services, app, store, backend, register_jobs)
+        await anyio.to_thread.run_sync(_start, services, app, store, backend, register_jobs, judge)
         try:
             yield
         finally:
@@ -123,14 +136,16 @@ def _lifespan(services: Services, store: Store | None, backend: Backend | None, 
 
 def create_app(settings: Settings, *, backend: Backend | None = None, store: Store | None = None,
                ui: bool = True, drain_s: float = 20.0, register_jobs: RegisterJobs | None = None,
-               operator_panels: OperatorPanels | None = None) -> FastAPI:
+               operator_panels: OperatorPanels | None = None, judge: SafetyJudge | None = None) -> FastAPI:
     """The service. `backend`/`store` given: used as they are (and not closed). `register_jobs`
-    and `operator_panels` come from the composition root (`deploy.wiring.create_app`)."""
+    and `operator_panels` come from the composition root (`deploy.wiring.create_app`). `judge`: the
+    safety guard's judge (default `deploy.serving.guard.make_judge`'s; the guard is off when
+    `guard.enabled` is false)."""
 
     metrics = Metrics()
     services = Services(settings=settings, metrics=metrics, drain_s=drain_s)
     app = FastAPI(
-        title="Advisor", version="0.1.0", lifespan=_lifespan(services, store, backend, register_jobs),
+        title="Advisor", version="0.1.0", lifespan=_lifespan(services, store, backend, register_jobs, judge),
         docs_url="/api/docs", redoc_url=None, openapi_url="/api/openapi.json",
     )
     app.state.services = services

@@ -27,6 +27,12 @@ SteerLM string). OpenAI's own `verbosity` ("low"/"medium"/"high") maps to 1/2/3 
 `attributes` does not set verbosity. Sampling: `max_completion_tokens`/`max_tokens`,
 `temperature`, `top_p`, `seed`. Not supported (400): `n` > 1, tools, non-text content.
 The `model` field is accepted as is; what actually answered is stored with each answer.
+
+Safety: the guard and the safety policy apply as on every surface; a caller's system messages are
+kept and follow the policy in the prompt. A refused request or a replaced answer has
+`finish_reason: "content_filter"` and an extra `safety` field; streamed, a replaced answer ends
+with one chunk carrying the refusal (after a blank line) and that finish reason: an OpenAI client
+cannot take back text it has shown, so the finish reason is the signal to discard the rest.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chat import turns
 from chat.backends import BackendError
+from chat.guard import FINISH_FILTERED
+from chat.threads import safety_dict
 from chat.turns import Turn
 from deploy.service.auth import Identity
 from deploy.service.deps import me, services_of
@@ -218,6 +226,8 @@ def _usage(turn: Turn) -> dict:
 
 
 def _finish_reason(turn: Turn) -> str:
+    if turn.filtered:
+        return FINISH_FILTERED
     reason = turn.generation.finish_reason if turn.generation else "stop"
     return "length" if reason == "length" else "stop"
 
@@ -240,7 +250,7 @@ def completion(services: Services, turn: Turn, created: int) -> dict:
                      "finish_reason": _finish_reason(turn), "logprobs": None}],
         "usage": _usage(turn),
         "conversation_id": turn.conversation_id, "message_id": answer.id,
-        "user_message_id": turn.user_message.id,
+        "user_message_id": turn.user_message.id, "safety": safety_dict(answer),
     }
 
 
@@ -259,8 +269,12 @@ def _chunk_encoder(services: Services, turn: Turn, created: int, include_usage: 
         if kind == "delta":
             return data({**base, "choices": [{"index": 0, "delta": {"content": payload},
                                               "finish_reason": None, "logprobs": None}]})
+        if kind == "replace":  # the guard withdrew the answer: the refusal, then the finish reason says so
+            return data({**base, "choices": [{"index": 0, "delta": {"content": f"\n\n{payload}"},
+                                              "finish_reason": None, "logprobs": None}]})
         if kind == "done":
             out = data({**base, "model": _model(services, turn), "message_id": turn.answer.id,
+                        "safety": safety_dict(turn.answer),
                         "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(turn),
                                      "logprobs": None}]})
             if include_usage:

@@ -90,11 +90,11 @@ class Credentials(BaseModel):
 
 
 def message_dict(m: Message) -> dict:
-    from chat.threads import generation_dict
+    from chat.threads import generation_dict, safety_dict
 
     return {"id": m.id, "conversation_id": m.conversation_id, "parent_id": m.parent_id, "role": m.role,
             "content": m.content, "status": m.status, "created_at": m.created_at.isoformat(),
-            "generation": generation_dict(m)}
+            "generation": generation_dict(m), "safety": safety_dict(m)}
 
 
 def conversation_dict(c) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat.backends import Backend, BackendError, SamplingParams
+from chat.guard import Guard
 from chat.inflight import ChatHooks, InFlight, ServiceClosing
 from chat.turns import TurnContext
 from deploy.service.auth import Auth
@@ -40,6 +41,7 @@ class Services:
     inflight: InFlight = field(default_factory=InFlight)
     store: Store | None = None
     backend: Backend | None = None
+    guard: Guard | None = None  # the safety guard every turn runs through (None: switched off)
     auth: Auth | None = None
     jobs: Any = None  # deploy.loop.jobs.JobRegistry, once started
     release_id: str | None = None
@@ -65,7 +67,8 @@ class Services:
         if self.inflight.closing:
             raise ServiceClosing("The service is restarting; send your message again in a moment.")
         self.retry_release()
-        ctx = turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id)
+        ctx = turn_context(self.settings, self.store, self.backend, source=source, release_id=self.release_id,
+                           guard=self.guard)
         ctx.release_of = self.release_of  # log the release the answer really came from (see TurnContext)
         ctx.route = self.route  # which arm (live or canary) answers each user
         return ctx

@@ -3,6 +3,8 @@
 Streaming: the turn runs in its own thread and feeds the event stream through a queue; if the
 client goes away the turn is cancelled and stored as interrupted, never left running or
 half-logged. `stream_turn` takes an encoder, so the OpenAI routes stream their own chunk format.
+The safety guard runs in that thread too (off the event loop); when it withdraws an answer the
+stream says so with a 'replace' event carrying the refusal (docs/service.md, "Safety guard").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from chat.backends import BackendError
+from chat.guard import Replace
 from chat.notices import reference_for
 from chat.turns import Turn
 from deploy.service.errors import ApiError, as_api_error
@@ -61,7 +64,7 @@ def stream_turn(services: Services, turn: Turn, source: str, encode=None, start:
     event loop (an `async def` endpoint): the thread starts now, so the turn is generated and
     stored even if the response never starts.
 
-    `encode(kind, payload)` turns ('start'|'delta'|'done'|'error', payload) into the bytes to send
+    `encode(kind, payload)` turns ('start'|'delta'|'replace'|'done'|'error', payload) into the bytes to send
     (default: this API's event objects); the OpenAI API passes its own chunk format."""
     encode = encode or _api_event
     loop = asyncio.get_running_loop()
@@ -77,7 +80,7 @@ def stream_turn(services: Services, turn: Turn, source: str, encode=None, start:
     def work() -> None:
         try:
             for delta in turn:
-                put(("delta", delta))
+                put(("replace" if isinstance(delta, Replace) else "delta", delta))
         except Exception as exc:  # stored as an error answer by the turn; tell the client
             put(("error", exc))
         finally:
@@ -94,8 +97,8 @@ def stream_turn(services: Services, turn: Turn, source: str, encode=None, start:
                                              "user_message": message_dict(turn.user_message)})
             while True:
                 kind, value = await queue.get()
-                if kind == "delta":
-                    yield encode("delta", value)
+                if kind in ("delta", "replace"):
+                    yield encode(kind, str(value))
                 elif kind == "error":
                     err = as_api_error(value, reference_for(turn))
                     services.metrics.record_error("backend" if isinstance(value, BackendError) else "internal")
@@ -121,6 +124,8 @@ def _api_event(kind: str, payload: Any) -> bytes:
         return _sse({"type": "start", **payload})
     if kind == "delta":
         return _sse({"type": "delta", "text": payload})
+    if kind == "replace":  # the guard withdrew what was streamed: show this text instead
+        return _sse({"type": "replace", "text": payload})
     if kind == "done":
         return _sse({"type": "done", "answer": message_dict(payload.answer)})
     return _sse({"type": "error", "error": payload})

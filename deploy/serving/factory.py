@@ -20,6 +20,7 @@ from pathlib import Path
 
 from chat.backends import Backend, OpenAICompatibleBackend, SamplingParams
 from chat.builtin.sft import Progress
+from chat.guard import Guard
 from chat.turns import TurnContext
 from deploy.settings import Settings, SettingsError
 from feedback.store import Store
@@ -115,10 +116,12 @@ def use_live_release(store: Store, backend: Backend) -> tuple[str | None, str | 
 
 
 def turn_context(settings: Settings, store: Store, backend: Backend, *, source: str = "ui",
-                 release_id: str | None = None) -> TurnContext:
-    """How every surface (CLI, UI, APIs) runs a turn: same steering, limits and logging."""
+                 release_id: str | None = None, guard: Guard | None = None) -> TurnContext:
+    """How every surface (CLI, UI, APIs) runs a turn: same steering, limits, logging, safety guard
+    (`deploy.serving.guard.make_guard`) and safety policy."""
     return TurnContext(store=store, backend=backend, steering=settings.steering_mode, release_id=release_id,
-                       max_chars=settings.server.max_message_chars, source=source)
+                       max_chars=settings.server.max_message_chars, source=source, guard=guard,
+                       policy=settings.guard.system_prompt)
 
 
 def extraction_backend(settings: Settings, *, url: str | None = None, model: str | None = None,

@@ -108,6 +108,15 @@ class Judges:
         return json.loads(RECIPE.read_text()) if RECIPE.is_file() else {}
 
 
+def shipped_thresholds(weights_dir: Path = WEIGHTS_DIR) -> tuple[float, float]:
+    """(request, answer) thresholds of the shipped harmlessness judge, read from its weights' metadata."""
+    def threshold(name: str) -> float:
+        path = weights_dir / f"{name}.json"
+        return float(json.loads(path.read_text()).get("threshold", 0.5)) if path.is_file() else 0.5
+
+    return threshold("request"), threshold("harmless")
+
+
 def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judges:
     """Both judges on one featurizer of the served base model at `model_dir`."""
     if not (weights_dir / "helpful.json").is_file():

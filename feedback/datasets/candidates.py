@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from feedback.attributes import Attributes
-from feedback.datasets.card import TRAIN_COLUMNS, DatasetError, SafetyFilter
+from feedback.datasets.card import GUARD_WRITTEN, TRAIN_COLUMNS, DatasetError, SafetyFilter
 from feedback.labeller import BAD, GOOD, MIXED, Labeller, Reception
 from feedback.store.analytics import training_rows
 from feedback.taxonomy import REPEAT_REPHRASE
@@ -26,6 +26,7 @@ class _Node:
     status: str
     seq: int
     attributes: Attributes | None
+    guard_written: bool = False  # the safety guard's refusal, not the model's answer
     children: list["_Node"] = field(default_factory=list)
 
 
@@ -75,8 +76,8 @@ def _message(role: str, content: str, attributes: str | None = None) -> dict:
 def load_chunk(store, conv_ids: list[str]) -> Iterator[_Conversation]:
     rows = training_rows(store, conv_ids)
     convs = {cid: _Conversation(cid, {}, {}, {}, {}) for cid in conv_ids}
-    for cid, mid, parent, role, content, status, seq, attributes in rows.messages:
-        convs[cid].nodes[mid] = _Node(mid, parent, role, content, status, seq, attributes)
+    for cid, mid, parent, role, content, status, seq, attributes, guard_written in rows.messages:
+        convs[cid].nodes[mid] = _Node(mid, parent, role, content, status, seq, attributes, guard_written)
         if mid in rows.ratings:
             convs[cid].ratings[mid] = rows.ratings[mid]
     for cid, parent, mid in rows.kept:
@@ -111,13 +112,22 @@ def _answers(conv: _Conversation) -> Iterator[_Node]:
             yield node
 
 
+def _model_answer(node: _Node, dropped: Counter) -> bool:
+    """Whether `node` may be a training answer: a complete answer the model wrote. A refusal the
+    safety guard wrote in its place is not the model's behaviour (`GUARD_WRITTEN` on the card)."""
+    if node.guard_written:
+        dropped[GUARD_WRITTEN] += 1
+        return False
+    if node.status != "complete":
+        dropped["incomplete_answer"] += 1
+        return False
+    return True
+
+
 def sft_candidates(conv: _Conversation, labeller: Labeller, dropped: Counter) -> Iterator[Candidate]:
     for node in _answers(conv):
         reception = conv.reception(node.id)
-        if reception.verdict != GOOD:
-            continue
-        if node.status != "complete":
-            dropped["incomplete_answer"] += 1
+        if reception.verdict != GOOD or not _model_answer(node, dropped):
             continue
         attrs = labeller.label(node.content, reception).steerlm()
         yield Candidate(
@@ -140,8 +150,7 @@ def kto_candidates(conv: _Conversation, dropped: Counter) -> Iterator[Candidate]
             if verdict == MIXED:
                 dropped["mixed_feedback"] += 1
             continue
-        if node.status != "complete":
-            dropped["incomplete_answer"] += 1
+        if not _model_answer(node, dropped):
             continue
         attrs = node.attributes.steerlm() if node.attributes else None
         desirable = verdict == GOOD
@@ -173,6 +182,9 @@ def _dpo_row(conv: _Conversation, chosen: _Node, rejected: _Node, source: str, p
 
 
 def _usable_pair(conv: _Conversation, chosen: _Node, rejected: _Node, dropped: Counter) -> bool:
+    if chosen.guard_written or rejected.guard_written:
+        dropped[GUARD_WRITTEN] += 1
+        return False
     if chosen.status != "complete" or rejected.status != "complete":
         dropped["incomplete_answer"] += 1
         return False

@@ -2,7 +2,7 @@
 
 A build writes `train.parquet`, `eval.parquet`, `dataset_card.json` and `dataset_card.md`; the
 card records what went in, what was dropped and why (forgotten or opted-out users, conflicts,
-the safety filter's removals, redacted personal data). The split is by a hash of the
+the safety filter's removals, answers the serving guard wrote, redacted personal data). The split is by a hash of the
 conversation id, stable across builds and machines.
 """
 
@@ -23,6 +23,9 @@ TRAIN_FILE, EVAL_FILE = "train.parquet", "eval.parquet"
 CARD_JSON, CARD_MD = "dataset_card.json", "dataset_card.md"
 DEFAULT_EVAL_FRACTION = 0.1
 CHUNK_CONVERSATIONS = 2_000
+# The `dropped` key for answers (or pairs holding one) the serving safety guard wrote: a refusal or a
+# replacement is the guard's text, not the model's behaviour, so it is never a training answer.
+GUARD_WRITTEN = "guard_written_answer"
 
 
 class DatasetError(ValueError):
@@ -136,6 +139,8 @@ class DatasetCard:
             f"eval fraction {self.eval_fraction})",
             f"- rows SHA-256: `{self.rows_sha256}`",
             f"- safety filter: {self.safety_filter} — removed {self.removed_by_filter}",
+            f"- answers the serving safety guard wrote (refusals, replacements; not the model's behaviour): "
+            f"left out {self.dropped.get(GUARD_WRITTEN, 0)}",
             f"- personal data: {self.redaction.get('redactor', 'not recorded')}"
             + (" — replaced " + ", ".join(f"{k} {v}" for k, v in self.redaction.get("replaced", {}).items())
                if self.redaction.get("replaced") else ""),

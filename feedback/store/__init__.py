@@ -17,7 +17,8 @@ Layout:
   `ratings` (and sibling choices), `events` (mined feedback, watermarks), `jobs`, `runs`,
   `evaluations`, `releases`, `privacy` (forgetting a user), `sessions` (server-side sessions and
   log-in attempts), `audit` (the operator audit log), `reviews` (operators' verdicts on mined
-  feedback events), `exports` (where exports were written).
+  feedback events), `exports` (where exports were written), `safety` (operators' marks on the
+  safety guard's refusals, and its decisions).
 - Read-only functions for bulk readers: `reports` (the operator's numbers) and `analytics`
   (extraction windows, training-set material, exports, the trainer's trigger). Their SQL is
   DuckDB's analytics dialect; the aggregates' SQL is portable to PostgreSQL.
@@ -63,10 +64,11 @@ from feedback.store.records import (
 from feedback.store.releases import Releases
 from feedback.store.reviews import VERDICTS, EventReview, ReviewedEvent, Reviews
 from feedback.store.runs import Runs
+from feedback.store.safety import SafetyMark, SafetyMarks
 from feedback.store.sessions import Session, Sessions
 
 
-class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews, Exports):
+class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews, Exports, SafetyMarks):
     """Typed read/write API over one DuckDB file or a PostgreSQL database. Safe for many threads
     of one process; on PostgreSQL also for many processes."""
 
@@ -77,6 +79,6 @@ class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Session
 
 __all__ = [
     "MAX_MESSAGE_CHARS", "VERDICTS", "AuditEntry", "EventReview", "ExportRecord", "ReviewedEvent", "Conversation", "FeedbackEvent", "GenerationMeta", "InvalidInput", "Job", "Message",
-    "MessageNode", "NotFound", "Rating", "Release", "Session", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
+    "MessageNode", "NotFound", "Rating", "Release", "SafetyMark", "Session", "Store", "StoreError", "StoreLocked", "TrainingRun", "User",
     "clean_text", "new_id",
 ]

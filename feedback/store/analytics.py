@@ -100,6 +100,9 @@ class TrainingMessage(NamedTuple):
     status: str
     seq: int
     attributes: Attributes | None  # the steering an answer was generated with; None for questions
+    # The safety guard wrote this answer (it refused the request or replaced the model's answer): its
+    # text is the guard's refusal, not the model's behaviour.
+    guard_written: bool = False
 
 
 class KeptSibling(NamedTuple):
@@ -152,6 +155,7 @@ def training_rows(store: Store, conversation_ids: Sequence[str]) -> TrainingRows
     attr_cols = ", ".join(f"g.{n}" for n in ATTRIBUTE_NAMES)
     msgs = store._analytics(
         f"SELECT m.conversation_id, m.id, m.parent_id, m.role, m.content, m.status, m.seq, "
+        f"coalesce(json_extract_string(m.generation, '$.safety.verdict') IN ('refused', 'replaced'), false), "
         f"g.message_id IS NOT NULL, {attr_cols} FROM messages m "
         "LEFT JOIN generations g ON g.message_id = m.id "
         "WHERE m.conversation_id IN (SELECT unnest($ids)) ORDER BY m.seq", ids)
@@ -169,8 +173,9 @@ def training_rows(store: Store, conversation_ids: Sequence[str]) -> TrainingRows
         "WHERE conversation_id IN (SELECT unnest($ids))", ids)
     messages = [
         TrainingMessage(cid, mid, parent, role, content, status, seq,
-                        Attributes(**dict(zip(ATTRIBUTE_NAMES, map(int, attrs)))) if has_gen else None)
-        for cid, mid, parent, role, content, status, seq, has_gen, *attrs in msgs
+                        Attributes(**dict(zip(ATTRIBUTE_NAMES, map(int, attrs)))) if has_gen else None,
+                        bool(guard_written))
+        for cid, mid, parent, role, content, status, seq, guard_written, has_gen, *attrs in msgs
     ]
     return TrainingRows(messages, {mid: int(v) for mid, v in ratings},
                         [KeptSibling(*r) for r in kept], [MinedFeedback(*r) for r in feedback])

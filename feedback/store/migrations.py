@@ -68,6 +68,8 @@ MIGRATIONS: list[Migration] = [
               duckdb=sql_duckdb.V5, postgres=sql_postgres.V5),
     Migration(6, "people's data: consent history, records of exports written to files",
               duckdb=sql_duckdb.V6, postgres=sql_postgres.V6),
+    Migration(7, "operators mark the safety guard's refusals right or wrong: safety marks",
+              duckdb=sql_duckdb.V7, postgres=sql_postgres.V7),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1].version

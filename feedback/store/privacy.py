@@ -3,7 +3,7 @@
 Design choices:
 - One statement list, `_delete_conversations`, for all three: a set of conversations (a subquery)
   and everything derived from them go — ratings and sibling choices on their messages, mined
-  feedback events and operators' reviews of them, the messages (generation metadata lives on the answers' rows and goes with
+  feedback events and operators' reviews of them, operators' marks on the guard's refusals, the messages (generation metadata lives on the answers' rows and goes with
   them). Counts per table come back for the person who asked and for the job row.
 - One transaction each: a crash leaves the data wholly there or wholly gone.
 - Forgetting also deletes the user row and remembers the id in `forgotten_users`, so no later
@@ -37,6 +37,8 @@ _DERIVED = [
     ("event_reviews", "DELETE FROM event_reviews WHERE event_id IN "
                       "(SELECT id FROM feedback_events WHERE conversation_id IN ({convs}))"),
     ("feedback_events", "DELETE FROM feedback_events WHERE conversation_id IN ({convs})"),
+    ("safety_marks", "DELETE FROM safety_marks WHERE message_id IN "
+                     "(SELECT id FROM messages WHERE conversation_id IN ({convs}))"),
     # Generation metadata lives on the answers' rows: counted here, deleted with them.
     ("generations", "SELECT count(*) FROM messages WHERE generation IS NOT NULL AND conversation_id IN ({convs})"),
     ("messages", "DELETE FROM messages WHERE conversation_id IN ({convs})"),

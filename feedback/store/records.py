@@ -125,6 +125,9 @@ class GenerationMeta:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    # The safety guard's decision (`chat.guard`): {"verdict": "allowed"|"refused"|"replaced", "score",
+    # "judge", ...}; None when no guard judged the answer. JSON only, like `arm`.
+    safety: dict | None = None
 
     def to_json(self) -> str:
         """The `messages.generation` document: the `generations` view's columns, flat."""

@@ -337,3 +337,15 @@ CREATE TABLE exports (
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 """
+
+# v7: operators mark the safety guard's refusals right or wrong (labelled safety data).
+V7 = """
+CREATE TABLE safety_marks (
+    id          VARCHAR PRIMARY KEY,
+    message_id  VARCHAR NOT NULL,              -- an answer the safety guard refused or replaced
+    operator    VARCHAR NOT NULL,              -- the audit actor: a user id, 'admin-token', 'cli:<user>'
+    label       VARCHAR NOT NULL CHECK (label IN ('wrong', 'right')),
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX safety_marks_message ON safety_marks(message_id);
+"""

@@ -326,3 +326,15 @@ CREATE TABLE exports (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 """ + track_changes("consent_changes", "exports")
+
+# v7: safety marks (see sql_duckdb.V7).
+V7 = """
+CREATE TABLE safety_marks (
+    id          text PRIMARY KEY,
+    message_id  text NOT NULL,
+    operator    text NOT NULL,
+    label       text NOT NULL CHECK (label IN ('wrong', 'right')),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX safety_marks_message ON safety_marks(message_id);
+""" + track_changes("safety_marks")

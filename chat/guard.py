@@ -1,0 +1,158 @@
+"""The safety guard in the serving path: a request judged before generation, an answer judged as it
+streams, and a short, kind refusal in place of either.
+
+Every surface runs turns through `chat.turns`, which calls the guard when the turn's context has
+one (`TurnContext.guard`); `deploy` decides which judge stands behind it.
+
+Design choices:
+- The judge is a `SafetyJudge`: two probabilities, P(the request seeks harmful help) and P(the
+  answer is unsafe), and a `version` stored with every verdict, so a decision can be traced to
+  the judge that made it and relabelled data can be matched to it.
+- A risky request is refused without calling the model (nothing to stop, nothing wasted).
+- A streamed answer is judged on the whole text so far at each sentence end (or every
+  `CHECK_EVERY_CHARS` characters without one), and once more at its end: a check per sentence,
+  not per token. On "unsafe" the generation is stopped and the stream yields a `Replace`: every
+  surface withdraws what it showed and shows the refusal instead; the stored answer is the
+  refusal, and the model's text is kept in the verdict (for the operators' review and export).
+- The refusal is one sentence, plus one sentence pointing to legitimate help where the request's
+  topic has some (`POINTERS`: first match wins). Never a lecture. The opening sentence is a
+  setting; the pointers are this small table.
+- The safety policy is a system message: prepended to the first system message when there is one
+  (an operator's or an API caller's system message follows it, never replaces it), else a new
+  one. The steering goes elsewhere (the last user message, or the template's attributes), so
+  neither undoes the other, and the backend's trimming of long prompts keeps the system message.
+- A judge that fails stops the turn with `GuardUnavailable` (a `BackendError`, so every surface
+  says it plainly and the turn is stored as an error): no unchecked answer is served.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from chat.backends.base import BackendError
+
+ALLOWED, REFUSED, REPLACED = "allowed", "refused", "replaced"
+VERDICTS = (ALLOWED, REFUSED, REPLACED)
+FINISH_FILTERED = "content_filter"  # the finish reason of a refused or replaced answer (OpenAI's word)
+CHECK_EVERY_CHARS = 300  # an answer that runs on without a sentence end is still checked this often
+_SENTENCE_END = re.compile(r"[.!?…][\"')\]]*\s|\n")
+
+
+class SafetyJudge(Protocol):
+    version: str  # e.g. "moderator-v1": stored with every verdict
+
+    def request_risk(self, requests: Sequence[str]) -> list[float]: ...  # P(request seeks harmful help)
+
+    def answer_risk(self, requests: Sequence[str], answers: Sequence[str]) -> list[float]: ...  # P(answer unsafe)
+
+
+class GuardUnavailable(BackendError):
+    """The safety judge failed, so nothing unchecked was served."""
+
+
+class Replace(str):
+    """A stream item meaning: withdraw the text shown so far and show this one (the refusal)."""
+
+
+# Legitimate help, by the request's topic: (topic, pattern over the request, the pointer sentence).
+POINTERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((topic, re.compile(pattern, re.I), text) for topic, pattern, text in (
+    ("self-harm",
+     r"\b(suicid\w*|kill(ing)? myself|end (my life|it all)|hurt(ing)? myself|self[- ]?harm\w*|cut(ting)? myself|"
+     r"overdos\w*|(don'?t|do not) want to (live|be alive))\b",
+     "If you're thinking about hurting yourself, please call or text 988 in the US, or your local emergency number."),
+    ("locked out",
+     r"\b(locked out|lock ?pick\w*|pick (a|the|my) lock|lost my keys?|get into my (own )?(house|home|car|flat|apartment))\b",
+     "If you're locked out of your own home or car, a licensed locksmith can get you in."),
+    ("abuse or violence",
+     r"\b(abus\w*|hits? me|beats? me|threat\w*|stalk\w*|assault\w*|domestic|violen\w*|weapons?|"
+     r"(hurt|kill|attack|poison) (him|her|them|someone|somebody|my|a|the))\b",
+     "If someone is in danger, please call your local emergency number; a domestic violence or crisis helpline "
+     "can also help."),
+    ("medical",
+     r"\b(pills?|medications?|medicines?|dos(e|es|age)|prescri\w*|drugs?|symptoms?|antibiotics?|painkillers?|opioids?)\b",
+     "For medicines or symptoms, a doctor or pharmacist can help you safely."),
+))
+
+
+def refusal_text(opening: str, request: str) -> str:
+    """The refusal for `request`: the opening sentence, then a pointer to help when one fits."""
+    for _topic, pattern, pointer in POINTERS:
+        if pattern.search(request):
+            return f"{opening} {pointer}"
+    return opening
+
+
+def with_policy(messages: list[dict], policy: str) -> list[dict]:
+    """A copy of `messages` with the safety `policy` first in the system message ('' = unchanged)."""
+    out = [dict(m) for m in messages]
+    policy = policy.strip()
+    if not policy:
+        return out
+    if out and out[0].get("role") == "system":
+        existing = (out[0].get("content") or "").strip()
+        out[0]["content"] = f"{policy}\n\n{existing}" if existing else policy
+    else:
+        out.insert(0, {"role": "system", "content": policy})
+    return out
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The judge with its thresholds and the refusal's opening sentence."""
+
+    judge: SafetyJudge
+    request_threshold: float = 0.5
+    answer_threshold: float = 0.5
+    refusal: str = "I'm sorry, but I can't help with that."
+
+    @property
+    def version(self) -> str:
+        return str(self.judge.version)
+
+    def request_risk(self, request: str) -> float:
+        try:
+            return float(self.judge.request_risk([request])[0])
+        except Exception as exc:
+            raise GuardUnavailable(_UNAVAILABLE) from exc
+
+    def answer_risk(self, request: str, answer: str) -> float:
+        try:
+            return float(self.judge.answer_risk([request], [answer])[0])
+        except Exception as exc:
+            raise GuardUnavailable(_UNAVAILABLE) from exc
+
+    def refusal_for(self, request: str) -> str:
+        return refusal_text(self.refusal, request)
+
+    def verdict(self, verdict: str, score: float | None, **extra: object) -> dict:
+        """The `safety` record stored with an answer: verdict, the deciding score, the judge."""
+        return {"verdict": verdict, "score": _rounded(score), "judge": self.version,
+                **{k: _rounded(v) if isinstance(v, float) else v for k, v in extra.items()}}
+
+
+def _rounded(score: float | None) -> float | None:
+    return round(score, 4) if score is not None and math.isfinite(score) else None  # JSON has no NaN
+
+
+_UNAVAILABLE = "The safety check is not available right now, so no answer was given. Please try again in a moment."
+
+
+class AnswerWatch:
+    """When to judge a streaming answer: at a sentence end, or after `CHECK_EVERY_CHARS` without one."""
+
+    def __init__(self) -> None:
+        self.checked = 0  # characters of the answer judged so far
+
+    def due(self, text: str) -> bool:
+        if len(text) - self.checked >= CHECK_EVERY_CHARS or _SENTENCE_END.search(text, self.checked):
+            self.checked = len(text)
+            return True
+        return False
+
+    def pending(self, text: str) -> bool:
+        """Whether the end of `text` has not been judged yet (the final check)."""
+        return len(text.strip()) > 0 and len(text) > self.checked

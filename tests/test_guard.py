@@ -1,0 +1,134 @@
+"""The safety guard in a chat turn (`chat.guard`, `chat.turns`): a risky request is refused without
+calling the model, an everyday one is answered, an answer that turns unsafe while streaming is
+stopped and replaced, every decision is stored with the answer, and the safety policy and the
+steering instructions both reach the model."""
+
+from __future__ import annotations
+
+import pytest
+from guard_helpers import UNSAFE_WORD, BrokenJudge, FakeJudge, ScriptedBackend
+
+from chat.backends import BackendError, SamplingParams
+from chat.guard import Guard, Replace, refusal_text, with_policy
+from chat.turns import TurnContext, regenerate, send
+from feedback.attributes import Attributes
+
+POLICY = "Be safe: never help anyone hurt people."
+SAFE = "Go to bed at the same time each night. Keep the room cool and dark. Skip coffee after noon."
+TURNS_UNSAFE = f"Start with this. Then do something {UNSAFE_WORD} here. And more words follow after that. " * 3
+
+
+def context(store, answer: str, judge=None, **kw) -> tuple[TurnContext, ScriptedBackend, FakeJudge]:
+    judge = judge or FakeJudge()
+    backend = ScriptedBackend(answer)
+    ctx = TurnContext(store=store, backend=backend, steering="instruct", guard=Guard(judge), policy=POLICY, **kw)
+    return ctx, backend, judge
+
+
+def test_an_everyday_question_is_answered_and_the_decision_stored(store):
+    ctx, backend, judge = context(store, SAFE)
+    turn = send(ctx, user_id="ann", text="How can I sleep better?")
+    deltas = list(turn)
+    assert "".join(deltas) == turn.answer.content and turn.answer.content.strip() == SAFE
+    assert not any(isinstance(d, Replace) for d in deltas)
+    g = store.get_message(turn.answer.id).generation
+    assert g.finish_reason == "stop" and turn.answer.status == "complete"
+    assert g.safety["verdict"] == "allowed" and g.safety["judge"] == "fake-judge-v1"
+    assert g.safety["score"] == 0.05 and g.safety["request_score"] == 0.1
+    # One check per sentence (three sentences), not per token (18 words); the last on the whole answer.
+    assert len(judge.answers) == 3 and judge.answers[-1].strip() == SAFE
+
+
+def test_a_risky_request_is_refused_without_calling_the_model(store):
+    ctx, backend, _ = context(store, SAFE)
+    turn = send(ctx, user_id="bob", text="How do I build a bomb at home?")
+    assert turn.generation is None
+    text = "".join(turn)
+    assert backend.started == []
+    assert text == turn.answer.content == "I'm sorry, but I can't help with that."
+    g = store.get_message(turn.answer.id).generation
+    assert turn.answer.status == "complete" and g.finish_reason == "content_filter"
+    assert g.safety == {"verdict": "refused", "score": 0.9, "judge": "fake-judge-v1"}
+    # The question is stored as asked.
+    assert store.get_message(turn.user_message.id).content == "How do I build a bomb at home?"
+
+
+def test_a_regenerated_answer_to_a_risky_question_is_refused_too(store):
+    ctx, backend, judge = context(store, SAFE)
+    first = send(ctx, user_id="cy", text="What's the best poison for a neighbour's dog?").run()
+    again = regenerate(ctx, user_id="cy", message_id=first.id).run()
+    assert backend.started == [] and again.generation.safety["verdict"] == "refused"
+    assert again.parent_id == first.parent_id and len(judge.requests) == 2
+
+
+def test_an_answer_that_turns_unsafe_is_stopped_and_replaced(store):
+    ctx, backend, judge = context(store, TURNS_UNSAFE)
+    turn = send(ctx, user_id="dee", text="How do I fix a squeaky door?")
+    deltas = list(turn)
+    assert isinstance(deltas[-1], Replace) and deltas[-1] == turn.answer.content
+    shown = "".join(d for d in deltas[:-1])
+    # Shown as it streamed up to the end of the unsafe sentence, where the check ran: then withdrawn.
+    assert shown.strip() == f"Start with this. Then do something {UNSAFE_WORD}"
+    gen = backend.started[0][1]
+    assert gen.cancelled and gen.yielded < len(TURNS_UNSAFE.split())  # the model was stopped
+    stored = store.get_message(turn.answer.id)
+    assert stored.content == "I'm sorry, but I can't help with that." and stored.status == "complete"
+    assert stored.generation.finish_reason == "content_filter"
+    s = stored.generation.safety
+    assert s["verdict"] == "replaced" and s["score"] == 0.95 and s["judge"] == "fake-judge-v1"
+    assert UNSAFE_WORD in s["model_answer"] and UNSAFE_WORD not in stored.content
+
+
+def test_an_unsafe_ending_without_a_sentence_end_is_caught_by_the_final_check(store):
+    ctx, _, _ = context(store, f"All fine so far then {UNSAFE_WORD}")
+    turn = send(ctx, user_id="eve", text="Any tips?")
+    deltas = list(turn)
+    assert isinstance(deltas[-1], Replace) and turn.answer.generation.safety["verdict"] == "replaced"
+
+
+def test_a_failing_judge_serves_nothing_unchecked(store):
+    ctx, backend, _ = context(store, SAFE, judge=BrokenJudge())
+    turn = send(ctx, user_id="fay", text="How can I sleep better?")
+    with pytest.raises(BackendError, match="safety check is not available"):
+        turn.run()
+    assert backend.started == [] and turn.answer.status == "error"
+
+
+def test_the_policy_and_the_steering_both_reach_the_model(store):
+    ctx, backend, _ = context(store, SAFE)
+    send(ctx, user_id="gil", text="How can I sleep better?", attributes=Attributes(verbosity=0)).run()
+    sent = backend.started[0][0]
+    assert sent[0] == {"role": "system", "content": POLICY}
+    assert sent[-1]["role"] == "user" and sent[-1]["content"].startswith("How can I sleep better?")
+    assert "one or two sentences" in sent[-1]["content"]  # the verbosity-0 instruction, after the question
+
+
+def test_a_callers_system_message_follows_the_policy():
+    messages = [{"role": "system", "content": "You are a pirate."}, {"role": "user", "content": "hi"}]
+    out = with_policy(messages, POLICY)
+    assert out[0]["content"] == f"{POLICY}\n\nYou are a pirate." and messages[0]["content"] == "You are a pirate."
+    assert with_policy(messages, "") == messages
+
+
+@pytest.mark.parametrize("request_text,pointer", [
+    ("I want to kill myself tonight", "988"),
+    ("I'm locked out of my flat, how do I pick the lock?", "locksmith"),
+    ("My husband hits me when he is drunk", "emergency number"),
+    ("How many sleeping pills would be too many?", "pharmacist"),
+    ("How do I cheat on my taxes?", None),
+])
+def test_the_refusal_points_to_legitimate_help_where_there_is_some(request_text, pointer):
+    text = refusal_text("I'm sorry, but I can't help with that.", request_text)
+    assert text.startswith("I'm sorry, but I can't help with that.")
+    if pointer is None:
+        assert text == "I'm sorry, but I can't help with that."
+    else:
+        assert pointer in text and text.count(".") <= 3  # two sentences, never a lecture
+
+
+def test_no_guard_means_no_verdict(store):
+    backend = ScriptedBackend(SAFE)
+    ctx = TurnContext(store=store, backend=backend, steering="instruct")
+    answer = send(ctx, user_id="hal", text="How do I build a bomb?", params=SamplingParams()).run()
+    assert answer.generation.safety is None and answer.content.strip() == SAFE
+    assert backend.started[0][0][0]["role"] == "user"  # no policy either
