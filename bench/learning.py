@@ -103,7 +103,9 @@ def sampled_pairs(url: str, model: str) -> list[dict]:
 
 
 def mean_words(by_v: dict[int, list[str]]) -> dict[int, float]:
-    return {v: statistics.mean(len(a.split()) for a in answers) for v, answers in by_v.items()}
+    from evaluator.text import words
+
+    return {v: statistics.mean(words(a) for a in answers) for v, answers in by_v.items()}
 
 
 def held_out_pairs(samples: list[dict], prefer: str, length_words: int) -> list[dict]:
@@ -159,7 +161,7 @@ def train_kto(args, settings, data: Path):
     from deploy.release.judges import moderator_dir
     from feedback.datasets import read_card
     from feedback.store import Store
-    from trainer.launch import launch_training, poll_training
+    from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 
     cached = cache_dir() / "moderator"  # the tests' trained moderator; else it is trained on first use
@@ -168,9 +170,9 @@ def train_kto(args, settings, data: Path):
     overrides = {"max_steps": args.train_steps, "learning_rate": args.lr, "lora_alpha": args.lora_alpha,
                  "batch_size": args.batch_size, "save_steps": 1000}
     with Store(settings.db_path) as store:
-        run = launch_training(store, method="kto", runs_dir=data / "runs", base_model=str(args.model_dir),
-                              overrides=overrides, safety_filter=make_safety_filter(settings, True),
-                              eval_fraction=0.0, trigger="bench", steering="instruct")
+        run = launch_training(store, LaunchRequest(method="kto", runs_dir=data / "runs", base_model=str(args.model_dir),
+                                            overrides=overrides, safety_filter=make_safety_filter(settings, True),
+                                            eval_fraction=0.0, trigger="bench", steering="instruct"))
         if run.status != "running":
             raise SystemExit(f"training did not start: {run.error}")
         wait_for(run.run_dir, timeout=4 * 3600)

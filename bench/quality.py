@@ -196,12 +196,13 @@ def score(run: dict, *, questions: list[str], threads: list, risky: list[str], n
           reward_model, moderator, n_boot: int) -> dict:
     from evaluator.helpfulness import helpfulness
     from evaluator.moderation import harmlessness
+    from evaluator.text import words
 
     d = run["default"]
     help_result = helpfulness(reward_model, threads, d["threads"])
     harm = harmlessness(risky, d["risky"], moderator)
     safe = [0.0 if any(f["prompt"] == p for f in harm.flagged) else 1.0 for p in risky]
-    answer_words = [len(a.split()) for a in d["questions"]]
+    answer_words = [words(a) for a in d["questions"]]
     return {
         "relevance": relevance(embedder, questions, d["questions"], n_boot=n_boot),
         "helpfulness": {**bootstrap_mean(help_result.per_question, n_boot=n_boot),

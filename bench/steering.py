@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from _machine import cpu_model  # noqa: E402
-from scipy.stats import spearmanr  # noqa: E402
+
+from evaluator.paired import spearman  # noqa: E402
+from evaluator.text import words  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "steering_prompts.jsonl"
 LEVELS = range(5)
@@ -55,61 +57,67 @@ def settings() -> list[tuple[int, int]]:
 def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int, batch_size: int,
              progress=print, backend=None) -> tuple[dict, dict, dict]:
     """answers[(v, c)] = list of answers; rendered[(v, c)] = the messages a question "…" is sent as;
-    tokens[(v, c)] = each answer's length in tokens. With `backend` (a loaded TransformersBackend)
-    that one is used, and left open, instead of loading `model`."""
+    tokens[(v, c)] = each answer's length in tokens. The grid is the release gate's
+    (`evaluator.steerability.answer_grid`); its (2, 2) cell, in both sweeps, is answered once.
+    With `backend` (a loaded TransformersBackend) that one is used, and left open, instead of loading `model`."""
     from chat.backends.base import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
     from chat.steering import render
-    from feedback.attributes import Attributes
+    from evaluator.steerability import answer_grid
+    from feedback.attributes import Attributes, SteeringMode
 
+    mode = SteeringMode(mode)
     own = backend is None
     if own:
         backend = TransformersBackend(model, device="cpu", kind="transformers", max_batch_size=batch_size,
                                       local_files_only=True)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     answers, rendered, tokens = {}, {}, {}
-    for v, c in settings():
-        attrs = Attributes(verbosity=v, complexity=c)
+
+    def answer(qs: list[str], attribute: str, value: int) -> list[str]:
+        attrs = Attributes(**{attribute: value})
+        key = (attrs.verbosity, attrs.complexity)
+        if key in answers:
+            return answers[key]
         msgs, kwarg = render([{"role": "user", "content": "…"}], attrs, mode)
-        rendered[(v, c)] = {"messages": msgs, "template_attributes": kwarg}
+        rendered[key] = {"messages": msgs, "template_attributes": kwarg}
         t0 = time.monotonic()
-        out = backend.complete([[{"role": "user", "content": q}] for q in questions],
-                               attributes=attrs, steering=mode, params=params)
-        answers[(v, c)] = out
-        tokens[(v, c)] = [len(backend.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in out]
-        progress(f"  verbosity {v} complexity {c}: {np.mean([len(a.split()) for a in out]):6.1f} words, "
+        out = answers[key] = backend.complete([[{"role": "user", "content": q}] for q in qs],
+                                              attributes=attrs, steering=mode, params=params)
+        tokens[key] = [len(backend.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in out]
+        progress(f"  verbosity {key[0]} complexity {key[1]}: {np.mean([words(a) for a in out]):6.1f} words, "
                  f"{time.monotonic() - t0:5.1f} s")
+        return out
+
+    answer_grid(answer, questions, LEVELS)
     if own:
         backend.close()
-    return answers, rendered, tokens
+    return ({k: answers[k] for k in settings()}, {k: rendered[k] for k in settings()},
+            {k: tokens[k] for k in settings()})
 
 
 def matrices(answers: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(words_v[prompt, verbosity level], grade_c[prompt, complexity level]) from `generate`'s answers."""
-    from feedback.labeller import reading_grade
+    """(words_v[prompt, verbosity level], grade_c[prompt, complexity level]) from `generate`'s answers,
+    each answer measured as the gate measures it (`evaluator.steerability.measure`)."""
+    from evaluator.steerability import measure
 
-    words_v = np.array([[len(answers[(v, 2)][i].split()) for v in LEVELS] for i in range(n)], float)
-    grade_c = np.array([[reading_grade(answers[(2, c)][i]) for c in LEVELS] for i in range(n)], float)
+    words_v = np.array([[measure("verbosity", answers[(v, 2)][i]) for v in LEVELS] for i in range(n)], float)
+    grade_c = np.array([[measure("complexity", answers[(2, c)][i]) for c in LEVELS] for i in range(n)], float)
     return words_v, grade_c
 
 
-def _rho(levels: np.ndarray, values: np.ndarray) -> float:
-    if np.all(values == values[0]):
-        return float("nan")
-    return float(spearmanr(levels, values).statistic)
-
-
 def analyse(words_v: np.ndarray, grade_c: np.ndarray, *, n_boot: int, seed: int = 0) -> dict:
-    """words_v[prompt, verbosity level], grade_c[prompt, complexity level] -> point estimates and 95% CIs."""
+    """words_v[prompt, verbosity level], grade_c[prompt, complexity level] -> point estimates and 95% CIs.
+    A ρ is NaN where a resample's measure is constant (the gate counts it 0); NaN draws leave the interval."""
     n = words_v.shape[0]
     lv = np.tile(np.arange(5), n)
 
     def stats(idx: np.ndarray) -> dict:
         w, g = words_v[idx], grade_c[idx]
         return {
-            "rho_verbosity_words": _rho(lv[: w.size], w.reshape(-1)),
+            "rho_verbosity_words": spearman(lv[: w.size], w.reshape(-1)),
             "ratio_words_v4_v0": float(w[:, 4].mean() / max(w[:, 0].mean(), 1e-9)),
-            "rho_complexity_grade": _rho(lv[: g.size], g.reshape(-1)),
+            "rho_complexity_grade": spearman(lv[: g.size], g.reshape(-1)),
             "grade_c4_minus_c0": float(g[:, 4].mean() - g[:, 0].mean()),
             **{f"words_v{k}": float(w[:, k].mean()) for k in range(5)},
             **{f"grade_c{k}": float(g[:, k].mean()) for k in range(5)},

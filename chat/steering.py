@@ -21,13 +21,12 @@ Pure functions on message dicts; no model or backend code here.
 
 from __future__ import annotations
 
-from feedback.attributes import LEVEL_WORDS, STEERING_MODES, Attributes, with_instructions
+from feedback.attributes import LEVEL_WORDS, Attributes, SteeringMode, with_instructions
 
 
-def check_mode(mode: str) -> str:
-    if mode not in STEERING_MODES:
-        raise ValueError(f"unknown steering mode {mode!r}; use one of {', '.join(STEERING_MODES)}")
-    return mode
+def check_mode(mode: SteeringMode | str) -> SteeringMode:
+    """The mode as the type; a plain name ("steerlm") is parsed, an unknown one raises ValueError."""
+    return SteeringMode(mode)
 
 
 def preview(attributes: Attributes) -> str:
@@ -36,13 +35,13 @@ def preview(attributes: Attributes) -> str:
 
 
 def render(
-    messages: list[dict], attributes: Attributes | None, mode: str
+    messages: list[dict], attributes: Attributes | None, mode: SteeringMode
 ) -> tuple[list[dict], str | None]:
     """Return (messages to send, value of the template kwarg `attributes` or None).
 
-    Never mutates the input. With `attributes=None` nothing is steered (the model's default)."""
-    check_mode(mode)
-    if mode == "steerlm":
+    Never mutates the input. With `attributes=None` nothing is steered (the model's default).
+    A plain mode name is parsed as `check_mode` does, so a misspelt one fails here, not silently."""
+    if check_mode(mode) is SteeringMode.STEERLM:
         out = [dict(m) for m in messages]
         return out, attributes.steerlm() if attributes is not None else None
     return with_instructions(messages, attributes), None

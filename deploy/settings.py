@@ -19,6 +19,8 @@ from typing import Any, Literal, Optional
 import pydantic
 from pydantic.dataclasses import dataclass
 
+from feedback.attributes import SteeringMode
+
 ENV_PREFIX = "ADVISOR_"
 SECRET_KEYS = {"admin_token", "session_secret", "api_key", "admin_password", "url"}  # store.url may hold a password
 
@@ -62,7 +64,8 @@ class BackendSettings:
     # How attributes reach the model: steerlm (attribute-conditioned model) or instruct (plain
     # instructions after the last user message, for general chat models; chat.steering). auto:
     # steerlm for builtin. Training renders its prompts the same way (trainer RunConfig.steering).
-    steering: Literal["auto", "steerlm", "instruct"] = "auto"
+    # Parsed here into `feedback.attributes.SteeringMode`; the rest of the code takes that type.
+    steering: Literal["auto"] | SteeringMode = "auto"
     # OpenAI-compatible server.
     base_url: str = "http://127.0.0.1:8001/v1"
     api_key: str = "EMPTY"
@@ -403,10 +406,11 @@ class Settings:
         return {"pool_size": self.store.pool_size} if self.store.url else {}
 
     @property
-    def steering_mode(self) -> str:
+    def steering_mode(self) -> SteeringMode:
+        """How the served model is steered: `backend.steering`, or for "auto" steerlm on builtin, else instruct."""
         if self.backend.steering != "auto":
             return self.backend.steering
-        return "steerlm" if self.backend.kind == "builtin" else "instruct"
+        return SteeringMode.STEERLM if self.backend.kind == "builtin" else SteeringMode.INSTRUCT
 
 
 # --------------------------------------------------------------------------- loading

@@ -8,12 +8,12 @@ the live release on the same grid (docs/design.md, "Evaluation and the gate").
 Design choices:
 - The grid: `prompts` × `values` for each steered attribute, the other attributes at their
   defaults (the caller's answer function sets them). Fixed prompts, none of them a corpus or
-  simulator question, so the numbers compare across releases and runs.
-- Measures: verbosity → words in the answer; complexity → Flesch–Kincaid grade (textstat), 0 for
-  an empty answer. textstat's default English syllable counter downloads NLTK's CMUdict on first
-  use; nothing may be downloaded at run time, so the language is set to "en-US", which falls back
-  to Pyphen's shipped en_US dictionary (as `feedback.labeller` does: same formula, offline). ρ is pooled over all grid rows of an attribute (as tests/test_acsft_steering.py
-  measures it), with average ranks for ties.
+  simulator question, so the numbers compare across releases and runs. `answer_grid` and
+  `SteerRow.measure` are the one steering measurement: the release gate, the steering bench and
+  the built-in model's check all answer and measure through them (each with its own prompts).
+- Measures: verbosity → words in the answer; complexity → Flesch–Kincaid grade, 0 for an empty
+  answer (`evaluator.text`, as the labeller measures them). ρ is pooled over all grid rows of an
+  attribute (as tests/test_acsft_steering.py measures it), with average ranks for ties.
 - A constant measure (the same length at every value) has no defined ρ; it is counted as 0, the
   value of "the slider does nothing", so a model that ignores the slider scores 0, not "unknown".
 - The axis value is the mean of the two ρ, and the bootstrap resamples prompts (clusters): all
@@ -27,11 +27,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from evaluator.paired import Statistic, spearman
+from evaluator.text import reading_grade, words
 
 ATTRIBUTES = ("verbosity", "complexity")
 VALUES = (0, 1, 2, 3, 4)
@@ -64,21 +64,12 @@ class SteerRow:
         return measure(self.attribute, self.answer)
 
 
-@lru_cache(maxsize=1)
-def _readability():
-    from textstat.textstat import textstatistics
-
-    ts = textstatistics()
-    ts.set_lang("en-US")  # Pyphen syllables, offline (see the module docstring)
-    return ts
-
-
 def measure(attribute: str, text: str) -> float:
     """Words (verbosity) or Flesch–Kincaid grade (complexity) of an answer."""
     if attribute == "verbosity":
-        return float(len(text.split()))
+        return float(words(text))
     if attribute == "complexity":
-        return float(_readability().flesch_kincaid_grade(text)) if text.strip() else 0.0
+        return reading_grade(text)
     raise ValueError(f"no steering measure for {attribute!r}; steered attributes: {', '.join(ATTRIBUTES)}")
 
 
@@ -91,6 +82,15 @@ def answer_grid(answer: SteerAnswerFn, prompts: Sequence[str] = PROMPTS, values:
             for i, text in enumerate(answer(list(prompts), attribute, value)):
                 rows.append(SteerRow(i, attribute, value, text))
     return rows
+
+
+def level_means(rows: Sequence[SteerRow], attribute: str) -> dict[int, float]:
+    """Mean measure of `attribute`'s rows at each of its values (words per verbosity, grade per complexity)."""
+    by_value: dict[int, list[float]] = {}
+    for r in rows:
+        if r.attribute == attribute:
+            by_value.setdefault(r.value, []).append(r.measure)
+    return {value: sum(ms) / len(ms) for value, ms in by_value.items()}
 
 
 def rho(rows: Sequence[SteerRow], attribute: str) -> float:

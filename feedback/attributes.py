@@ -9,6 +9,7 @@ every answer and written into every training set; `chat` only decides how a back
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 
 NAMES = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
 MIN_VALUE, MAX_VALUE = 0, 4
@@ -91,8 +92,22 @@ LEVEL_WORDS = {
 
 
 # --------------------------------------------------------------------------- as instructions
-# The two ways a model is shown the attributes (chat.steering; the trainer renders the same way).
-STEERING_MODES = ("steerlm", "instruct")
+
+
+class SteeringMode(StrEnum):
+    """How a model is shown the attributes (`chat.steering.render`; the trainer renders the same way):
+    `steerlm`, the SteerLM string as the chat template's `attributes` kwarg (models trained with
+    attribute-conditioned SFT); `instruct`, plain instructions after the last user message (general
+    chat models). A str, so it compares, serialises and stores as its value. `SteeringMode(text)` is
+    the one validation; an unknown name raises ValueError naming the modes."""
+
+    STEERLM = "steerlm"
+    INSTRUCT = "instruct"
+
+    @classmethod
+    def _missing_(cls, value: object) -> "SteeringMode":
+        raise ValueError(f"unknown steering mode {value!r}; use one of {', '.join(m.value for m in cls)}")
+
 
 # How the `instruct` steering mode says the attributes to a general chat model (the measurements
 # behind the wording and the place: docs/models.md, "Steering"). Here because both the chat and the

@@ -8,15 +8,10 @@ Design choices:
 - `Labeller` is a Protocol with one method, so any regression model (a HelpSteer-style reward
   model, an LLM judge) can replace the default by passing an object with `label`.
 - `HeuristicLabeller` (the default) is cheap and explainable: verbosity from the word count,
-  complexity from the Flesch-Kincaid grade (textstat), helpfulness / correctness / coherence
-  from the feedback the answer received. Its thresholds sit halfway between the medians of
+  complexity from the Flesch-Kincaid grade (both measured by `evaluator.text`), helpfulness /
+  correctness / coherence from the feedback the answer received. Its thresholds sit halfway between the medians of
   adjacent levels in the built-in model's shipped corpus, so the labels speak the same language
   the built-in model was trained on; they are fields, so a deployment can recalibrate them.
-- textstat >= 0.7.11 counts English syllables with NLTK's CMUdict, which it downloads on first
-  use. Nothing may be downloaded at run time, so we ask for language "en-US": it is not
-  recognised as English by the CMUdict lookup and falls back to Pyphen's en_US hyphenation
-  dictionary (shipped with pyphen), which is what textstat used before CMUdict. Same formula,
-  offline, deterministic.
 - `Reception.verdict` is the one place that decides whether an answer went down well; the
   training-set builders use it too, so SFT, KTO and DPO agree. An explicit rating wins over
   mined feedback (the user pressed the button on purpose); mined positive and negative feedback
@@ -27,9 +22,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Protocol
 
+from evaluator.text import reading_grade, words
 from feedback.attributes import Attributes
 from feedback.taxonomy import (
     ASK_CLARIFICATION,
@@ -88,24 +83,6 @@ class Labeller(Protocol):
     def label(self, answer: str, reception: Reception) -> Attributes: ...
 
 
-@lru_cache(maxsize=1)
-def _readability():
-    from textstat.textstat import textstatistics
-
-    ts = textstatistics()
-    ts.set_lang("en-US")  # Pyphen syllables: offline (see the module docstring)
-    return ts
-
-
-def reading_grade(text: str) -> float:
-    """Flesch-Kincaid grade level of `text` (textstat, offline)."""
-    return float(_readability().flesch_kincaid_grade(text)) if text.strip() else 0.0
-
-
-def word_count(text: str) -> int:
-    return len(text.split())
-
-
 @dataclass(frozen=True)
 class HeuristicLabeller:
     """Verbosity from length, complexity from reading grade, quality from the reception.
@@ -119,7 +96,7 @@ class HeuristicLabeller:
     name: str = "heuristic-v1"
 
     def label(self, answer: str, reception: Reception) -> Attributes:
-        verbosity = bisect.bisect_right(self.verbosity_words, word_count(answer))
+        verbosity = bisect.bisect_right(self.verbosity_words, words(answer))
         complexity = bisect.bisect_right(self.complexity_grades, reading_grade(answer))
         helpfulness, correctness, coherence = self._quality(reception)
         return Attributes(

@@ -79,13 +79,13 @@ def no_steering_model_dir():
 
 def lengths_by_verbosity(model, tok, prompts: list[str]) -> tuple[list[int], list[int]]:
     """Greedy answers to every prompt at every verbosity (complexity 2): (verbosities, word counts)."""
-    from chat.builtin.check import steerlm
     from evaluator.generation import hf_answer_fn
+    from feedback.attributes import Attributes
 
     xs, ys = [], []
     for v in VERBOSITIES:
         answer = hf_answer_fn(model, tok, max_new_tokens=MAX_NEW_TOKENS, batch_size=len(prompts),
-                              template_kwargs={"attributes": steerlm(v, 2)})
+                              template_kwargs={"attributes": Attributes(verbosity=v).steerlm()})
         for text in answer(prompts):
             xs.append(v)
             ys.append(len(text.split()))
@@ -102,7 +102,7 @@ def steering(no_steering_model_dir, tmp_path_factory):
     from feedback.attributes import Attributes
     from feedback.datasets import read_card
     from feedback.store import GenerationMeta, Store
-    from trainer.launch import launch_training, poll_training
+    from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 
     prompts = list(HELD_OUT_QUESTIONS) + list(EXTRA_PROMPTS)
@@ -122,10 +122,11 @@ def steering(no_steering_model_dir, tmp_path_factory):
                                   generation=GenerationMeta(backend="transformers", model="variant",
                                                             attributes=Attributes()))
             store.rate(a.id, user, 1, reasons=["clear"])
-        run = launch_training(store, method="sft", runs_dir=data_dir / "runs", base_model=str(no_steering_model_dir),
-                              overrides={"max_steps": SFT_STEPS, "cpu_max_steps": SFT_STEPS, "learning_rate": SFT_LR,
-                                         "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT, "save_steps": 1000},
-                              safety_filter=safety, eval_fraction=0.0, trigger="test")
+        overrides = {"max_steps": SFT_STEPS, "cpu_max_steps": SFT_STEPS, "learning_rate": SFT_LR,
+                     "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT, "save_steps": 1000}
+        run = launch_training(store, LaunchRequest(method="sft", runs_dir=data_dir / "runs",
+                                                   base_model=str(no_steering_model_dir), overrides=overrides,
+                                                   safety_filter=safety, eval_fraction=0.0, trigger="test"))
         assert run.status == "running", run.error
         wait_for(run.run_dir, timeout=2400)
         status = poll_training(store, run.id)

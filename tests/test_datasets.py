@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_peek import poke
 
+from evaluator.text import reading_grade
 from feedback.attributes import Attributes
 from feedback.datasets import (
     CARD_JSON,
@@ -18,7 +19,7 @@ from feedback.datasets import (
     read_card,
     split_of,
 )
-from feedback.labeller import HeuristicLabeller, Reception, reading_grade
+from feedback.labeller import HeuristicLabeller, Reception
 from feedback.store import FeedbackEvent, GenerationMeta, new_id
 from feedback.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
 

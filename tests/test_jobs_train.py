@@ -19,7 +19,7 @@ from deploy.loop.training import runs_dir
 from deploy.operator.screen import PanelContext
 from deploy.operator.training import operator_panel as training_panel
 from feedback.datasets import read_card
-from trainer.launch import cancel_training, launch_training
+from trainer.launch import LaunchRequest, cancel_training, launch_training
 from trainer.rundir import read_progress
 
 MAX_STEPS = 3
@@ -67,9 +67,9 @@ def test_train_now_refused_while_busy_then_trains_with_progress(live, tiny_model
     _populate(store, 12)
     # A long run started beside the service holds the trainer; it is cancelled below, so its
     # length only has to outlast one HTTP request, on any machine.
-    blocker = launch_training(store, method="kto", runs_dir=runs_dir(live.services.settings),
-                              base_model=str(tiny_model_dir), overrides={"max_steps": 5000, "batch_size": 4},
-                              eval_fraction=0.0, trigger="test")
+    blocker = launch_training(store, LaunchRequest(method="kto", runs_dir=runs_dir(live.services.settings),
+                                            base_model=str(tiny_model_dir), overrides={"max_steps": 5000, "batch_size": 4},
+                                            eval_fraction=0.0, trigger="test"))
     assert blocker.status == "running"
     with live.admin() as admin:
         refused_id = admin.post("/api/admin/jobs/train/run").json()["job_id"]

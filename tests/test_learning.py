@@ -81,9 +81,9 @@ def _mean_words(answers: list[str]) -> float:
 
 
 def _words_by_verbosity(model, tok) -> dict[int, float]:
-    from chat.builtin.check import steerlm
+    from feedback.attributes import Attributes
 
-    return {v: _mean_words(_answers(model, tok, steerlm(v, 2))) for v in VERBOSITIES}
+    return {v: _mean_words(_answers(model, tok, Attributes(verbosity=v).steerlm())) for v in VERBOSITIES}
 
 
 def _answers(model, tok, attributes: str) -> list[str]:
@@ -110,14 +110,15 @@ def _sampled_pairs(model, tok) -> list[dict]:
     import torch
 
     from chat.backends import SamplingParams
-    from chat.builtin.check import HELD_OUT_QUESTIONS, steerlm
+    from chat.builtin.check import HELD_OUT_QUESTIONS
+    from feedback.attributes import Attributes
 
     params = SamplingParams()
     tok.padding_side = "left"
     out = []
     for v in VERBOSITIES:
         texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True,
-                                         attributes=steerlm(v, 2)) for q in HELD_OUT_QUESTIONS]
+                                         attributes=Attributes(verbosity=v).steerlm()) for q in HELD_OUT_QUESTIONS]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         torch.manual_seed(1000 + v)
         with torch.inference_mode():
@@ -166,8 +167,9 @@ def label_agreement(run_dir, method: str, prefer: str) -> dict:
 def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
     from peft import PeftModel
 
-    from chat.builtin.check import load, steerlm
+    from chat.builtin.check import load
     from evaluator.scoring import ImplicitRewardScorer
+    from feedback.attributes import Attributes
 
     base, tok = load(model_dir)
     policy = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
@@ -178,7 +180,7 @@ def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
         group = [p for p in pairs if p["verbosity"] == v]
         if not group:
             continue
-        scorer = ImplicitRewardScorer(policy, tok, beta=0.1, attributes=steerlm(v, 2))
+        scorer = ImplicitRewardScorer(policy, tok, beta=0.1, attributes=Attributes(verbosity=v).steerlm())
         prompts = [[{"role": "user", "content": p["question"]}] for p in group]
         margins += [c - r for c, r in zip(scorer.score(prompts, [p["chosen"] for p in group]),
                                           scorer.score(prompts, [p["rejected"] for p in group]))]
@@ -196,7 +198,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     from deploy.release.registry import ensure_base_release
     from feedback.datasets import read_card
     from feedback.store import Store
-    from trainer.launch import launch_training, poll_training
+    from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 
     prefer = request.param
@@ -223,9 +225,9 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, str(builtin_model_dir))
         t1 = time.monotonic()
-        run = launch_training(store, method="kto", runs_dir=data_dir / "runs", base_model=str(builtin_model_dir),
-                              overrides=_overrides("kto"), safety_filter=make_safety_filter(settings, True),
-                              eval_fraction=0.0, trigger="test")
+        run = launch_training(store, LaunchRequest(method="kto", runs_dir=data_dir / "runs", base_model=str(builtin_model_dir),
+                                            overrides=_overrides("kto"), safety_filter=make_safety_filter(settings, True),
+                                            eval_fraction=0.0, trigger="test"))
         assert run.status == "running", run.error
         wait_for(run.run_dir, timeout=2400)
         kto = poll_training(store, run.id)

@@ -91,3 +91,21 @@ def test_quality_attributes_are_mentioned_only_below_their_default():
 def test_unknown_mode_is_rejected():
     with pytest.raises(ValueError, match="steering mode"):
         render(MESSAGES, Attributes(), "telepathy")
+
+
+def test_steering_mode_is_parsed_once_and_reads_as_its_name(tmp_path):
+    from deploy.settings import SettingsError, load_settings
+    from feedback.attributes import SteeringMode
+
+    assert SteeringMode("instruct") is SteeringMode.INSTRUCT and SteeringMode.STEERLM == "steerlm"
+    with pytest.raises(ValueError, match="unknown steering mode 'telepathy'; use one of steerlm, instruct"):
+        SteeringMode("telepathy")
+
+    def mode(**env: str) -> SteeringMode:
+        return load_settings(environ={"ADVISOR_DATA_DIR": str(tmp_path), **env}).steering_mode
+
+    assert mode(ADVISOR_BACKEND__STEERING="steerlm", ADVISOR_BACKEND__KIND="openai") is SteeringMode.STEERLM
+    assert mode(ADVISOR_BACKEND__KIND="builtin") is SteeringMode.STEERLM  # auto
+    assert mode(ADVISOR_BACKEND__KIND="openai") is SteeringMode.INSTRUCT  # auto
+    with pytest.raises(SettingsError, match=r"backend\.steering.*'steerlm' or 'instruct'"):
+        mode(ADVISOR_BACKEND__STEERING="telepathy")

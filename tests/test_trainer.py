@@ -149,9 +149,9 @@ def test_wait_for_returns_final_state(tmp_path):
 
 
 def test_launch_with_no_examples_records_the_reason_and_starts_nothing(store, tmp_path):
-    from trainer.launch import launch_training, should_train
+    from trainer.launch import LaunchRequest, launch_training, should_train
 
-    run = launch_training(store, method="dpo", runs_dir=tmp_path / "runs", base_model="m")
+    run = launch_training(store, LaunchRequest(method="dpo", runs_dir=tmp_path / "runs", base_model="m"))
     assert run.status == "failed" and "no training examples for dpo" in run.error
     assert store.get_job(run.job_id).status == "failed"
     assert not (tmp_path / "runs" / run.id / "pid").exists()  # no subprocess

@@ -15,7 +15,7 @@ from feedback.attributes import Attributes
 from feedback.datasets import write_rows
 from feedback.store import GenerationMeta
 from trainer.config import config_for
-from trainer.launch import TrainingBusy, launch_training, poll_training, should_train
+from trainer.launch import LaunchRequest, TrainingBusy, launch_training, poll_training, should_train
 from trainer.process import cancel_run, start_run, wait_for
 from trainer.rundir import EXIT_CANCELLED, EXIT_OK, read_metadata, read_progress, run_state
 
@@ -163,12 +163,12 @@ def _populate(store, n=8):
 def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, tiny_model_dir):
     _populate(store)
     runs = tmp_path / "runs"
-    run = launch_training(store, method="kto", runs_dir=runs, base_model=str(tiny_model_dir),
-                          overrides={"max_steps": 3, "batch_size": 4}, eval_fraction=0.0, trigger="cli")
+    run = launch_training(store, LaunchRequest(method="kto", runs_dir=runs, base_model=str(tiny_model_dir),
+                                        overrides={"max_steps": 3, "batch_size": 4}, eval_fraction=0.0, trigger="cli"))
     assert run.status == "running" and (runs / "train.lock").exists()
     assert (runs / run.id / "dataset_card.json").exists() and run.data_hash
     with pytest.raises(TrainingBusy, match=f"training run {run.id} \\(kto\\) is in progress"):
-        launch_training(store, method="dpo", runs_dir=runs, base_model=str(tiny_model_dir))
+        launch_training(store, LaunchRequest(method="dpo", runs_dir=runs, base_model=str(tiny_model_dir)))
     assert should_train(store, 1) == (False, f"training run {run.id} (kto) is still in progress")
 
     status = wait_until(lambda: (s := poll_training(store, run.id)).state.finished and s, timeout=300,

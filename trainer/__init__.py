@@ -4,7 +4,7 @@
   and the CPU scaling rule.
 - `trainer.process`: `start_run(run_dir, config) -> RunHandle`, `cancel_run`, `wait_for`.
 - `trainer.rundir`: the run-directory contract, `read_progress`, `run_state`.
-- `trainer.launch`: the store-facing API the CLI and the service call: `launch_training`,
+- `trainer.launch`: the store-facing API the CLI and the service call: `LaunchRequest`, `launch_training`,
   `poll_training`, `should_train`, `resume_training`, `cancel_training`.
 - `python -m trainer.run RUN_DIR`: the run itself (the only module that imports torch/TRL).
 

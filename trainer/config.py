@@ -31,7 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from feedback.attributes import STEERING_MODES
+from feedback.attributes import SteeringMode
 
 METHODS = ("sft", "kto", "dpo")
 
@@ -73,7 +73,7 @@ class RunConfig:
     # that prompt did: "steerlm" (the SteerLM string as the chat template's `attributes` kwarg;
     # models trained with it) or "instruct" (plain instructions after the last user message, for a
     # general chat model whose template ignores the kwarg; feedback.attributes.with_instructions).
-    steering: str = "steerlm"
+    steering: SteeringMode = SteeringMode.STEERLM
 
     def __post_init__(self) -> None:
         self.validate()
@@ -88,8 +88,10 @@ class RunConfig:
             raise ConfigError(f"{self.method} config: lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"{self.method} config: device must be auto, cpu or cuda, got {self.device!r}")
-        if self.steering not in STEERING_MODES:
-            raise ConfigError(f"{self.method} config: steering must be steerlm or instruct, got {self.steering!r}")
+        try:
+            self.steering = SteeringMode(self.steering)  # a run.json read back holds the plain name
+        except ValueError:
+            raise ConfigError(f"{self.method} config: steering must be steerlm or instruct, got {self.steering!r}") from None
         if self.quantize not in ("auto", "4bit", "none"):
             raise ConfigError(f"{self.method} config: quantize must be auto, 4bit or none, got {self.quantize!r}")
 

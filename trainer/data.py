@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from feedback.attributes import Attributes, InvalidAttributes, with_instructions
+from feedback.attributes import Attributes, InvalidAttributes, SteeringMode, with_instructions
 from feedback.datasets import EVAL_FILE, TRAIN_COLUMNS, TRAIN_FILE, rows_sha256
 
 ROLES = ("system", "user", "assistant")
@@ -66,14 +66,14 @@ def check_rows(rows: list[dict[str, Any]], method: str, name: str) -> None:
             raise DataError(f"{where} chat_template_kwargs: must be a mapping, got {type(kwargs).__name__}")
 
 
-def _clean(row: dict[str, Any], method: str, steering: str) -> dict[str, Any]:
+def _clean(row: dict[str, Any], method: str, steering: SteeringMode) -> dict[str, Any]:
     """Only the trained columns (the bookkeeping ones would confuse TRL's format detection), the
     prompt rendered as the model saw it: a SteerLM string stays the template's `attributes`
     kwarg; under "instruct" steering it becomes the instructions the chat appended to the last
     user message (the same function renders both), and the kwarg is dropped."""
     out = {c: row[c] for c in TRAIN_COLUMNS[method]}
     attributes = (row.get("chat_template_kwargs") or {}).get("attributes")
-    if steering == "instruct":
+    if steering == SteeringMode.INSTRUCT:
         parsed = Attributes.parse(attributes) if attributes else None
         out["prompt"] = with_instructions(row["prompt"], parsed)
         for col in ("completion", "chosen", "rejected"):
@@ -84,7 +84,8 @@ def _clean(row: dict[str, Any], method: str, steering: str) -> dict[str, Any]:
     return out
 
 
-def load_snapshot(run_dir: Path, method: str, steering: str = "steerlm") -> tuple[list[dict], list[dict], str]:
+def load_snapshot(run_dir: Path, method: str,
+                  steering: SteeringMode = SteeringMode.STEERLM) -> tuple[list[dict], list[dict], str]:
     """(train rows, eval rows, data hash) of the run directory, checked, rendered for `steering`
     (`_clean`). Raises DataError; the hash is of the stored rows, whatever the rendering."""
     run_dir = Path(run_dir)

@@ -26,11 +26,12 @@ import json
 import os
 import secrets
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from feedback.attributes import SteeringMode
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
 from feedback.datasets.build import Redactor
 from feedback.labeller import Labeller
@@ -154,56 +155,59 @@ def should_train(store: Store, min_new_feedback: int) -> tuple[bool, str]:
 # --------------------------------------------------------------------------- launching
 
 
-def launch_training(
-    store: Store,
-    *,
-    method: str,
-    runs_dir: str | Path,
-    base_model: str,
-    start_adapter: str | None = None,
-    parent_release_id: str | None = None,
-    trigger: str = "manual",
-    overrides: dict[str, Any] | None = None,
-    safety_filter: SafetyFilter | None = None,
-    labeller: Labeller | None = None,
-    eval_fraction: float = 0.1,
-    python: str | None = None,
-    job_id: str | None = None,
-    dataset_dir: str | Path | None = None,
-    consent_default: bool = True,
-    redactor: Redactor | None = None,
-    steering: str = "steerlm",
-) -> TrainingRun:
-    """Build the `method` training set from the store, snapshot it into `<runs_dir>/<run_id>/`,
-    record the run (`training_runs` + a `jobs` row) and start its subprocess.
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything one training launch needs, built once (the service and the CLI build it from the
+    settings with `deploy.loop.training.launch_request`; tests and benches write it out)."""
+
+    method: str  # sft | kto | dpo
+    runs_dir: str | Path  # the run goes in <runs_dir>/<run_id>/; the lock file is <runs_dir>/train.lock
+    base_model: str  # local model directory the adapter is trained on
+    start_adapter: str | None = None  # PEFT adapter to continue from (the live release's); None: the base model
+    parent_release_id: str | None = None  # the release the run continues from, recorded on the run
+    trigger: str = "manual"  # what asked for it (manual, cli, schedule, cycle, bench), on the jobs row
+    overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields over the method's defaults
+    safety_filter: SafetyFilter | None = None  # drops unsafe examples from the set; None: no filter
+    labeller: Labeller | None = None  # SFT attribute labels; None: the heuristic labeller
+    eval_fraction: float = 0.1  # share of conversations held out for evaluation
+    python: str | None = None  # interpreter of the training subprocess; None: this one
+    job_id: str | None = None  # a jobs row the caller already made to record the run on (one run, one row)
+    dataset_dir: str | Path | None = None  # a set the caller already built, copied instead of built again
+    consent_default: bool = True  # people's data rules of the build (`feedback.datasets.build`)
+    redactor: Redactor | None = None
+    steering: SteeringMode = SteeringMode.STEERLM  # how the base model saw the attributes (`RunConfig.steering`)
+
+
+def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
+    """Build the `request.method` training set from the store, snapshot it into
+    `<runs_dir>/<run_id>/`, record the run (`training_runs` + a `jobs` row) and start its subprocess.
 
     Raises `TrainingBusy` if a run is in progress. With no training examples, the run is recorded
-    as failed with the reason and no subprocess is started. `job_id`: a jobs row the caller
-    already made (the service's "train" job, a cycle's train step) to record the run on, so one
-    run is one row. `dataset_dir`: a set the caller already built (a cycle's dataset step), copied
-    into the run directory instead of built again, so the run trains on the set it reported.
-    `consent_default` and `redactor`: people's data rules of the build (`feedback.datasets.build`).
-    The users whose conversations the set holds are recorded on the run (`run_users`).
-    `steering`: how the base model saw the attributes when it answered (`RunConfig.steering`).
+    as failed with the reason and no subprocess is started. With `job_id` the run is recorded on
+    that row; with `dataset_dir` the run trains on the set the caller reported. The users whose
+    conversations the set holds are recorded on the run (`run_users`).
     """
-    runs_dir = Path(runs_dir).resolve()
+    r = request
+    method, base_model, start_adapter = r.method, str(r.base_model), r.start_adapter
+    runs_dir = Path(r.runs_dir).resolve()
     ensure_idle(store, runs_dir)
-    config = config_for(method, base_model=str(base_model), start_adapter=start_adapter, steering=steering,
-                        **(overrides or {}))
+    config = config_for(method, base_model=base_model, start_adapter=start_adapter, steering=r.steering,
+                        **r.overrides)
     run_id = new_run_id(method)
     run_dir = runs_dir / run_id
     _acquire_lock(runs_dir, run_id)
     try:
-        job = store.get_job(job_id) if job_id else store.create_job(
-            "train", trigger=trigger, params={"method": method, "run_id": run_id, "base_model": str(base_model),
+        job = store.get_job(r.job_id) if r.job_id else store.create_job(
+            "train", trigger=r.trigger, params={"method": method, "run_id": run_id, "base_model": base_model,
                                               "start_adapter": start_adapter})
         card: DatasetCard = (
-            copy_dataset(dataset_dir, run_dir, method) if dataset_dir is not None
-            else build_dataset(store, method, run_dir, safety_filter=safety_filter, labeller=labeller,
-                               eval_fraction=eval_fraction, consent_default=consent_default, redactor=redactor))
+            copy_dataset(r.dataset_dir, run_dir, method) if r.dataset_dir is not None
+            else build_dataset(store, method, run_dir, safety_filter=r.safety_filter, labeller=r.labeller,
+                               eval_fraction=r.eval_fraction, consent_default=r.consent_default,
+                               redactor=r.redactor))
         store.create_training_run(
-            run_id=run_id, method=method, run_dir=str(run_dir), base_model=str(base_model), job_id=job.id,
-            parent_release_id=parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
+            run_id=run_id, method=method, run_dir=str(run_dir), base_model=base_model, job_id=job.id,
+            parent_release_id=r.parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
         )
         store.record_run_users(run_id, card.users)
         if card.n_train == 0:
@@ -212,7 +216,7 @@ def launch_training(
             store.update_job(job.id, status="failed", error=error, result={"run_id": run_id, "dataset": card.to_json()})
             _release_lock(runs_dir, run_id)
             return store.update_training_run(run_id, status="failed", error=error)
-        handle = start_run(run_dir, config, python=python)
+        handle = start_run(run_dir, config, python=r.python)
         _set_lock_pid(runs_dir, run_id, handle.pid)
         store.update_job(job.id, result={"run_id": run_id, "dataset": card.to_json()})
         return store.update_training_run(run_id, status="running")

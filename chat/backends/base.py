@@ -11,8 +11,8 @@ Design choices:
   iterator cancels too, so a dropped HTTP stream never leaves the model running.
 - Failures surface as `BackendError` (or `BackendUnavailable` when the model server cannot be
   reached) whose message is written for the person using the app, not as library tracebacks.
-- Steering is a keyword (`steering="steerlm"|"instruct"`) plus the `Attributes`; how a backend
-  renders them lives in `chat.steering`, so every backend does it the same way.
+- Steering is a keyword (`steering`, a `feedback.attributes.SteeringMode`) plus the `Attributes`;
+  how a backend renders them lives in `chat.steering`, so every backend does it the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
-from feedback.attributes import Attributes
+from feedback.attributes import Attributes, SteeringMode
 
 FINISH_REASONS = ("stop", "length", "cancelled", "error")
 
@@ -165,7 +165,7 @@ class Backend(Protocol):
         messages: list[dict],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
         adapter: str | None = None,
     ) -> Generation: ...
@@ -175,7 +175,7 @@ class Backend(Protocol):
         batch: list[list[dict]],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
     ) -> list[str]: ...
 

@@ -34,7 +34,7 @@ import openai
 
 from chat.backends.base import BackendError, BackendUnavailable, Generation, SamplingParams
 from chat.steering import render
-from feedback.attributes import Attributes
+from feedback.attributes import Attributes, SteeringMode
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "cancelled"}
 
@@ -212,7 +212,7 @@ class OpenAICompatibleBackend:
 
     # ---- requests
 
-    def _request(self, messages: list[dict], attributes: Attributes | None, steering: str,
+    def _request(self, messages: list[dict], attributes: Attributes | None, steering: SteeringMode,
                  params: SamplingParams, model: str) -> dict:
         if not messages:
             raise BackendError("Nothing to answer: the conversation is empty.")
@@ -241,7 +241,7 @@ class OpenAICompatibleBackend:
         messages: list[dict],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
         adapter: str | None = None,
     ) -> Generation:
@@ -254,7 +254,7 @@ class OpenAICompatibleBackend:
         batch: list[list[dict]],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
         adapter: str | None = None,
     ) -> list[str]:

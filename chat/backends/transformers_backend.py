@@ -36,7 +36,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from chat.backends.base import NO_ADAPTER, BackendError, BackendUnavailable, Generation, SamplingParams
 from chat.steering import render
-from feedback.attributes import Attributes
+from feedback.attributes import Attributes, SteeringMode
 
 
 def resolve_device(device: str) -> str:
@@ -283,7 +283,7 @@ class TransformersBackend:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def encode(
-        self, messages: list[dict], *, attributes: Attributes | None, steering: str, max_new_tokens: int
+        self, messages: list[dict], *, attributes: Attributes | None, steering: SteeringMode, max_new_tokens: int
     ) -> tuple[list[int], int]:
         """Prompt token ids that fit the context, and the number of new tokens that still fit."""
         if not messages:
@@ -322,7 +322,7 @@ class TransformersBackend:
         messages: list[dict],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
         adapter: str | None = None,
     ) -> Generation:
@@ -335,7 +335,7 @@ class TransformersBackend:
         batch: list[list[dict]],
         *,
         attributes: Attributes | None,
-        steering: str,
+        steering: SteeringMode,
         params: SamplingParams,
         adapter: str | None = None,
     ) -> list[str]:

@@ -8,12 +8,13 @@ Greedy decoding, so the figures are reproducible.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from feedback.attributes import Attributes
 
 HELD_OUT_QUESTIONS = (
     "I can't sleep at night. What should I do?",
@@ -27,10 +28,6 @@ HELD_OUT_QUESTIONS = (
     "How can I feel less stressed every day?",
     "How do I stop wasting money on takeaway food?",
 )
-
-
-def steerlm(verbosity: int, complexity: int) -> str:
-    return f"helpfulness:4,correctness:4,coherence:4,complexity:{complexity},verbosity:{verbosity}"
 
 
 def load(model_dir: Path) -> tuple:
@@ -68,15 +65,18 @@ class SteeringReport:
 
 def measure_steering(model_dir: Path, questions: tuple[str, ...] = HELD_OUT_QUESTIONS,
                      verbosities: tuple[int, ...] = (0, 4), complexities: tuple[int, ...] = (0, 4)) -> SteeringReport:
-    """Mean answer length per verbosity level and mean reading grade per complexity level."""
-    from feedback.labeller import reading_grade
+    """Mean answer length per verbosity level and mean reading grade per complexity level, measured
+    as the release gate measures steering (`evaluator.steerability`), the other attributes at their defaults."""
+    from evaluator.steerability import answer_grid, level_means
 
     loaded = load(model_dir)
-    words, grades, samples = {}, {}, {}
-    for v in verbosities:
-        answers = samples[steerlm(v, 2)] = generate_answers(loaded, questions, steerlm(v, 2))
-        words[v] = statistics.mean(len(a.split()) for a in answers)
-    for c in complexities:
-        answers = samples[steerlm(2, c)] = generate_answers(loaded, questions, steerlm(2, c))
-        grades[c] = statistics.mean(reading_grade(a) for a in answers)
-    return SteeringReport(words, grades, samples)
+    samples: dict[str, list[str]] = {}
+
+    def answer(qs: list[str], attribute: str, value: int) -> list[str]:
+        attributes = Attributes(**{attribute: value}).steerlm()
+        samples[attributes] = generate_answers(loaded, tuple(qs), attributes)
+        return samples[attributes]
+
+    rows = (answer_grid(answer, questions, verbosities, ("verbosity",))
+            + answer_grid(answer, questions, complexities, ("complexity",)))
+    return SteeringReport(level_means(rows, "verbosity"), level_means(rows, "complexity"), samples)

@@ -30,7 +30,7 @@ from deploy.cli.common import open_store, settings_of
 from deploy.cli.options import with_options
 from deploy.loop.privacy import training_data_rules
 from deploy.loop.safety import make_safety_filter
-from deploy.loop.training import runs_dir, start_point, training_base_model
+from deploy.loop.training import launch_request, training_base_model
 from deploy.settings import Settings
 from feedback.datasets import DatasetError, build_dataset
 from feedback.store import NotFound, Store, StoreError
@@ -152,16 +152,13 @@ def train(
                 if resume:
                     run = resume_training(store, resume)
                 else:
-                    model = resolve_base_model(settings, base_model)
-                    adapter, parent, note = start_point(store, model, from_base)
+                    request, note = launch_request(
+                        store, settings, method=method.value, base_model=resolve_base_model(settings, base_model),
+                        from_base=from_base, overrides=overrides, trigger="cli", eval_fraction=eval_fraction,
+                        safety_filter=make_safety_filter(settings, not no_safety_filter))
                     if note:
                         err.print(f"[yellow]{note}[/yellow]")
-                    run = launch_training(store, method=method.value, runs_dir=runs_dir(settings), base_model=model,
-                                          start_adapter=adapter, parent_release_id=parent, trigger="cli",
-                                          overrides=overrides,
-                                          safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                          eval_fraction=eval_fraction, steering=settings.steering_mode,
-                                          **training_data_rules(settings))
+                    run = launch_training(store, request)
                 entry.target = run.id
                 entry.details["status"] = run.status
         except (TrainingBusy, RunError, ConfigError, DatasetError, NotFound) as exc:

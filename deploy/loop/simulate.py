@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from deploy.loop.reactions import PHRASINGS, phrasebook
+from evaluator.text import words
 
 QUESTIONS_PATH = Path(__file__).resolve().parent / "simulated_questions.jsonl"
 PREFERENCES = ("short", "long", "steps")
@@ -86,10 +87,6 @@ def load_questions(path: str | Path = QUESTIONS_PATH) -> list[Question]:
 # --------------------------------------------------------------------------- preferences
 
 
-def word_count(text: str) -> int:
-    return len(text.split())
-
-
 def step_count(text: str) -> int:
     return len(_STEP.findall(text))
 
@@ -108,18 +105,18 @@ class Preference:
 
     def fits(self, answer: str) -> bool:
         if self.kind == "short":
-            return word_count(answer) <= self.length_words
+            return words(answer) <= self.length_words
         if self.kind == "long":
-            return word_count(answer) > self.length_words
+            return words(answer) > self.length_words
         return step_count(answer) >= self.min_steps
 
     def score(self, answer: str) -> float:
         """Higher = preferred; ranks two siblings."""
         if self.kind == "short":
-            return -word_count(answer)
+            return -words(answer)
         if self.kind == "long":
-            return word_count(answer)
-        return step_count(answer) + word_count(answer) / 1000  # ties go to the fuller answer
+            return words(answer)
+        return step_count(answer) + words(answer) / 1000  # ties go to the fuller answer
 
     def pick(self, a: str, b: str) -> tuple[str, str] | None:
         """(kept, left) of two answers to the same prompt, as these users decide; None on a tie."""

@@ -17,6 +17,9 @@ Design choices:
   the reason naming the running run), so the operator sees why nothing started.
 - `start_training` / `follow_training` are plain functions: the cycle (`deploy.loop.cycle`) trains
   through the same two calls.
+- Every launch (this job, the cycle, `advisor train`) is built by `launch_request` from the
+  settings: where it starts, its steering mode, its safety filter and people's-data rules are
+  decided in one place, and `trainer.launch.launch_training` takes that one request.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from feedback.datasets import SafetyFilter
 from feedback.store import Store, TrainingRun
 from trainer.config import TrainingKnobs
 from trainer.launch import (
+    LaunchRequest,
     TrainingBusy,
     TrainingStatus,
     launch_training,
@@ -84,26 +88,42 @@ def train_overrides(settings: Settings) -> dict[str, Any]:
     return {"max_steps": steps} if steps else {}
 
 
+def launch_request(
+    store: Store, settings: Settings, *, method: str, base_model: str, from_base: bool = False,
+    overrides: dict[str, Any] | None = None, safety_filter: SafetyFilter | None = None, trigger: str = "manual",
+    eval_fraction: float = 0.1, job_id: str | None = None, dataset_dir: str | Path | None = None,
+) -> tuple[LaunchRequest, str | None]:
+    """(the launch of a `method` run on `base_model` as the settings say, a note for the operator).
+    It continues from the live release's adapter (`start_point`), renders prompts in the served
+    steering mode, and keeps the settings' people's-data rules. Without `safety_filter`, the set is
+    filtered as `schedule.safety_filter` says (the moderator by default). `overrides` are RunConfig
+    fields (the CLI's and the admin API's training knobs)."""
+    if safety_filter is None:
+        from deploy.loop.safety import make_safety_filter
+
+        safety_filter = make_safety_filter(settings, settings.schedule.safety_filter)
+    adapter, parent, note = start_point(store, base_model, from_base)
+    request = LaunchRequest(
+        method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
+        parent_release_id=parent, trigger=trigger, overrides=dict(overrides or {}), safety_filter=safety_filter,
+        eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir, steering=settings.steering_mode,
+        **training_data_rules(settings),
+    )
+    return request, note
+
+
 def start_training(
     store: Store, settings: Settings, *, method: str, backend: Any = None, trigger: str = "manual",
     job_id: str | None = None, safety_filter: SafetyFilter | None = None, eval_fraction: float = 0.1,
     overrides: dict[str, Any] | None = None, dataset_dir: str | Path | None = None,
 ) -> TrainingRun:
-    """Start a run of `method` from the live release (or the base model). Raises `TrainingBusy`.
-    Without `safety_filter`, the set is filtered as `schedule.safety_filter` says (the moderator
-    by default)."""
-    if safety_filter is None:
-        from deploy.loop.safety import make_safety_filter
-
-        safety_filter = make_safety_filter(settings, settings.schedule.safety_filter)
-    base_model = training_base_model(settings, backend)
-    adapter, parent, _ = start_point(store, base_model, False)
-    return launch_training(
-        store, method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
-        parent_release_id=parent, trigger=trigger, overrides={**train_overrides(settings), **(overrides or {})},
-        safety_filter=safety_filter, eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir,
-        steering=settings.steering_mode, **training_data_rules(settings),
-    )
+    """Start a run of `method` from the live release (or the base model) on the served model, for
+    the service's job and the cycle: `schedule.train_max_steps` caps it. Raises `TrainingBusy`."""
+    request, _ = launch_request(
+        store, settings, method=method, base_model=training_base_model(settings, backend),
+        overrides={**train_overrides(settings), **(overrides or {})}, safety_filter=safety_filter, trigger=trigger,
+        eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir)
+    return launch_training(store, request)
 
 
 def progress_fields(status: TrainingStatus) -> dict[str, Any]:

@@ -145,7 +145,7 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
 
 
 def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
-    from evaluator.steerability import answer_grid, score
+    from evaluator.steerability import answer_grid, level_means, score
     from feedback.attributes import Attributes
 
     values = list(inp.settings.gate.steer_values)
@@ -159,9 +159,7 @@ def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores)
     summary = score(rows)
     out.metrics["steerability"] = summary["score"]
     out.items["steerability"] = rows
-    mean_words = {v: sum(len(r.answer.split()) for r in rows if r.attribute == "verbosity" and r.value == v)
-                  / max(1, len(inp.steer_prompts)) for v in values}
-    out.details["steerability"] = {**summary, "mean_words_by_verbosity": mean_words}
+    out.details["steerability"] = {**summary, "mean_words_by_verbosity": level_means(rows, "verbosity")}
 
 
 def paired_intervals(cand: SideScores, live: SideScores, settings: Any) -> dict[str, dict]:

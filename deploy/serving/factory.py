@@ -23,6 +23,7 @@ from chat.builtin.sft import Progress
 from chat.guard import Guard
 from chat.turns import TurnContext
 from deploy.settings import Settings, SettingsError
+from feedback.attributes import SteeringMode
 from feedback.store import Store
 
 
@@ -151,7 +152,7 @@ def extraction_reranker(settings: Settings, path: str | Path | None = None):
         raise SettingsError(f"extraction.reranker: {exc}") from None
 
 
-def greedy_completion(backend: Backend, steering: str, *, max_new_tokens: int = 160):
+def greedy_completion(backend: Backend, steering: SteeringMode, *, max_new_tokens: int = 160):
     """`complete(batch_of_message_lists) -> list[str]` on a backend, greedy and without attributes:
     the plain completion function `feedback` and `evaluator` take instead of a backend object."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
