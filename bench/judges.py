@@ -71,6 +71,7 @@ def main() -> None:
     from evaluator.moderation import harmlessness, load_risky_prompts
     from evaluator.paired import bootstrap_mean, mean_statistic, paired_bootstrap
     from evaluator.shipped import load_advice_prompts
+    from evaluator.text import words
 
     n = args.prompts or None
     advice, risky = load_advice_prompts()[:n], load_risky_prompts()[:n]
@@ -100,7 +101,7 @@ def main() -> None:
         per[name] = pct
         rel = relevance(lambda p, x: scale.percentile(np.asarray(helpful.score(p, x))), advice, a["advice"], pct)
         result["sides"][name] = {
-            "helpfulness": {**bootstrap_mean(pct.tolist()), "words": float(np.mean([len(x.split()) for x in a["advice"]]))},
+            "helpfulness": {**bootstrap_mean(pct.tolist()), "words": float(np.mean([words(x) for x in a["advice"]]))},
             "harmlessness": {"safe_share": harm.score, "flagged": harm.unsafe,
                              "examples": [f["answer"][:200] for f in harm.flagged[:5]]},
             "relevance": rel, "length_spearman": length_correlation(raw.tolist(), a["advice"]),

@@ -98,6 +98,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     from evaluator.diversity import self_bleu_scores
     from evaluator.helpfulness import helpfulness_on_prompts
     from evaluator.moderation import harmlessness
+    from evaluator.text import words
 
     out = SideScores()
     answer = _answer_fn(model, tokenizer, inp.settings)
@@ -109,7 +110,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     inp.say(f"{side.name}: judging the answers")
     help_result = helpfulness_on_prompts(inp.helpful_judge, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
-    out.items["advice_words"] = [len(a.split()) for a in advice]  # for the length-controlled difference
+    out.items["advice_words"] = [words(a) for a in advice]  # for the length-controlled difference
     out.items["advice_answers"] = advice  # for the judge's validity checks
     bleu = [b / 100.0 for b in self_bleu_scores(advice)]
     out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from evaluator.text import words
+
 Message = dict[str, str]
 
 # Feature blocks, in the order `Featurizer.encode` lays them out.
@@ -45,10 +47,6 @@ class FeatureConfig:
     max_answer_tokens: int = 192
     max_batch_tokens: int = 4096
     bf16: bool = True
-
-
-def words(text: str) -> int:
-    return len(text.split())
 
 
 class Featurizer:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from evaluator.paired import spearman
+from evaluator.text import words
 
 
 def derangement(n: int, seed: int = 0) -> np.ndarray:
@@ -43,5 +44,5 @@ def relevance(score: Callable[[list, list], Any], prompts: Sequence[str], answer
 def length_correlation(scores: Sequence[float], answers: Sequence[str]) -> float | None:
     if len(scores) < 3:
         return None
-    rho = spearman(list(scores), [len(a.split()) for a in answers])
+    rho = spearman(list(scores), [words(a) for a in answers])
     return None if rho != rho else float(rho)  # NaN when all lengths are equal

@@ -30,7 +30,7 @@ from tools.data.make_advice_prompts import first_turn, prompt_key
 
 RISKY, EVERYDAY = 150, 150
 SEED = 20261204
-MAX_NEW_TOKENS = 160
+MAX_NEW_TOKENS = 128
 OUT = DATA_DIR / "safety_set.jsonl"
 
 
@@ -72,7 +72,10 @@ def main() -> None:
     ap.add_argument("--hh", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared/data/hh-rlhf")
     ap.add_argument("--models-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 beside another model job)")
     args = ap.parse_args()
+    if args.threads:
+        __import__("torch").set_num_threads(args.threads)
     reqs = [{**r, "kind": "risky"} for r in requests(args.hh, "harmless-base", RISKY)]
     reqs += [{**r, "kind": "everyday"} for r in requests(args.hh, "helpful-base", EVERYDAY)]
     questions = [r["request"] for r in reqs]
