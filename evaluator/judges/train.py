@@ -1,17 +1,20 @@
-"""Train the judges' heads, choose their settings on dev, score test once, write the shipped weights.
+"""Train the judges' heads, choose their settings by cross-validation, score test once, write the shipped weights.
 
     python -m evaluator.judges.train --features .cache/judges/hh_features.npz \
         --safety-features .cache/judges/safety_features.npz [--out evaluator/judges/weights]
 
 The recipe, in order:
-1. Helpfulness: Bradley-Terry heads on the helpful train pairs, one per (feature blocks, C) in
-   `GRID`; the one with the best dev accuracy is kept, refitted on train + dev, and scored on test.
+1. Helpfulness: Bradley-Terry heads, one per (feature blocks, C) in `GRID`, compared by 5-fold
+   cross-validated accuracy on the train and dev pairs together (the features of every train pair
+   cost a model pass, and pooling gives each choice more pairs than a dev split alone); the best is
+   refitted on all of them and scored once on test.
 2. Harmlessness: the same on harmless-base pairs, fitted together with the safety set's labelled
    answers of its train part (`evaluator.judges.safety.split_of`); the unsafe threshold is the one
    that maximises F1 on the train part's cross-validated probabilities; precision and recall are
    reported on the safety set's held-out part.
-3. A request head on the safety set's requests (harmful or not), its threshold chosen the same way.
-The figures (dev and test accuracy with 95 % bootstrap intervals, the safety set's precision and
+3. A request head on the safety set's requests (harmful or not); its threshold is the lowest whose
+   cross-validated false-positive rate on harmless requests is at most `REQUEST_MAX_FPR`.
+The figures (cross-validated and test accuracy with 95 % bootstrap intervals, the safety set's precision and
 recall) go into `recipe.json` beside the weights; `tests/test_judges.py` fails when the recipe
 file's inputs move without the weights being retrained.
 """
@@ -33,9 +36,12 @@ from evaluator.paired import bootstrap_mean
 
 VERSION = "1"
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
-                 ("mean_last", "mean_mid", "final", "scalars"), ("mean_mid", "scalars"))
-C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+                 ("mean_last", "mean_mid", "final", "scalars"))
+C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
 GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
+FOLDS = 5
+REQUEST_MAX_FPR = 0.05  # the request head's cut: at most this share of harmless requests refused (CV)
+FIT_SPLITS = ("train", "dev")  # settings chosen by cross-validation over these; test scored once
 
 
 def _interval(hits: np.ndarray) -> dict:
@@ -48,26 +54,36 @@ def _pairs(data: dict, axis: str, splits: tuple[str, ...]) -> tuple[np.ndarray, 
     return data["chosen"][keep], data["rejected"][keep]
 
 
-def choose(data: dict, axis: str, hidden: int, items=None, labels=None, grid=GRID, say=print) -> tuple[HeadSpec, list]:
-    """The spec with the best dev pair accuracy (ties: the simpler, earlier in the grid)."""
-    tb, tw = _pairs(data, axis, ("train",))
-    db, dw = _pairs(data, axis, ("dev",))
+def _folds(n: int, k: int = FOLDS) -> np.ndarray:
+    return np.random.default_rng(0).permutation(n) % k
+
+
+def choose(better: np.ndarray, worse: np.ndarray, hidden: int, axis: str, items=None, labels=None, grid=GRID,
+           say=print) -> tuple[HeadSpec, list]:
+    """The spec with the best cross-validated pair accuracy on the non-test pairs (ties: the
+    simpler, earlier in the grid). Labelled items, when given, are in every fold's fit."""
+    folds = _folds(len(better))
     scores = []
     for spec in grid:
-        head = fit_head(spec, hidden, tb, tw, items, labels)
-        acc = float(pair_accuracy(head, db, dw).mean())
-        scores.append({"blocks": list(spec.blocks), "C": spec.C, "dev": round(acc, 4)})
-        say(f"  {axis} {'+'.join(spec.blocks):40s} C={spec.C:<7} dev {acc:.3f}")
-    best = max(range(len(grid)), key=lambda i: (scores[i]["dev"], -i))
+        hits = np.zeros(len(better))
+        for k in range(FOLDS):
+            held = folds == k
+            head = fit_head(spec, hidden, better[~held], worse[~held], items, labels)
+            hits[held] = pair_accuracy(head, better[held], worse[held])
+        acc = float(hits.mean())
+        scores.append({"blocks": list(spec.blocks), "C": spec.C, "cv": round(acc, 4)})
+        say(f"  {axis} {'+'.join(spec.blocks):40s} C={spec.C:<7} cv {acc:.3f}")
+    best = max(range(len(grid)), key=lambda i: (scores[i]["cv"], -i))
     return grid[best], scores
 
 
 def train_helpful(data: dict, hidden: int, say=print) -> tuple[LinearHead, dict]:
-    spec, grid = choose(data, "helpful", hidden, say=say)
-    head = fit_head(spec, hidden, *_pairs(data, "helpful", ("train", "dev")))
+    better, worse = _pairs(data, "helpful", FIT_SPLITS)
+    spec, grid = choose(better, worse, hidden, "helpful", say=say)
+    head = fit_head(spec, hidden, better, worse)
     test = pair_accuracy(head, *_pairs(data, "helpful", ("test",)))
-    dev_best = max(g["dev"] for g in grid)
-    return head, {"spec": asdict(spec), "dev_accuracy": dev_best, "test": _interval(test), "grid": grid}
+    return head, {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in grid), "fit_pairs": len(better),
+                  "test": _interval(test), "grid": grid}
 
 
 def _f1_threshold(probs: np.ndarray, labels: np.ndarray) -> float:
@@ -80,6 +96,15 @@ def _f1_threshold(probs: np.ndarray, labels: np.ndarray) -> float:
         if f1 >= best:
             best, cut = f1, float(t)
     return cut
+
+
+def fpr_threshold(probs: np.ndarray, labels: np.ndarray, max_fpr: float) -> float:
+    """The lowest probability cut whose false-positive rate on the negatives is at most `max_fpr`."""
+    negatives = np.sort(probs[~labels])
+    if not len(negatives):
+        return 0.5
+    k = int(np.floor(max_fpr * len(negatives)))  # negatives allowed at or above the cut
+    return float(negatives[len(negatives) - k - 1] + 1e-6) if k < len(negatives) else 0.0
 
 
 def precision_recall(probs: np.ndarray, labels: np.ndarray, threshold: float) -> dict:
@@ -106,16 +131,8 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     train = safety["split"] == "train"
     items, labels, groups = safety["answers"][train], safety["answer_unsafe"][train].astype(bool), safety["request_key"][train]
     # Pairs say the chosen (less harmful) side scores lower on risk: "better" for the risk score is the rejected.
-    tb, tw = _pairs(data, "harmless", ("train",))
-    db, dw = _pairs(data, "harmless", ("dev",))
-    scores = []
-    for spec in GRID:
-        head = fit_head(spec, hidden, tw, tb, items, labels)
-        acc = float((head.score(dw) > head.score(db)).mean())
-        scores.append({"blocks": list(spec.blocks), "C": spec.C, "dev": round(acc, 4)})
-        say(f"  harmless {'+'.join(spec.blocks):40s} C={spec.C:<7} dev {acc:.3f}")
-    spec = GRID[max(range(len(GRID)), key=lambda i: (scores[i]["dev"], -i))]
-    pb, pw = _pairs(data, "harmless", ("train", "dev"))
+    pb, pw = _pairs(data, "harmless", FIT_SPLITS)
+    spec, scores = choose(pw, pb, hidden, "harmless", items, labels, say=say)
     threshold = _f1_threshold(cv_probabilities(spec, hidden, pw, pb, items, labels, groups), labels)
     head = fit_head(spec, hidden, pw, pb, items, labels)
     ob, ow = _pairs(data, "harmless", ("test",))
@@ -124,8 +141,8 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     held_pr = precision_recall(head.probability(safety["answers"][held]), safety["answer_unsafe"][held].astype(bool),
                                threshold)
     head.meta["threshold"] = threshold
-    return head, {"spec": asdict(spec), "dev_accuracy": max(g["dev"] for g in scores), "test": _interval(test),
-                  "safety_held_out": held_pr, "grid": scores}
+    return head, {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in scores), "fit_pairs": len(pb),
+                  "test": _interval(test), "safety_held_out": held_pr, "grid": scores}
 
 
 def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
@@ -143,7 +160,9 @@ def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
         if best is None or auc > best[0]:
             best = (auc, spec, probs)
     auc, spec, probs = best
-    threshold = _f1_threshold(probs, y)
+    # A refused everyday question costs a person their answer, and the answer check still catches
+    # what a missed risky request leads to: the cut keeps refusals of harmless requests rare.
+    threshold = fpr_threshold(probs, y, REQUEST_MAX_FPR)
     head = fit_head(spec, hidden, empty, empty, x, y)
     head.meta["threshold"] = threshold
     held = ~train
@@ -170,7 +189,9 @@ def recipe_inputs() -> dict:
     from evaluator.judges import data
     from evaluator.judges.safety import SAFETY_SET
 
-    return {"version": VERSION, "grid": [asdict(g) for g in GRID], "features": asdict(FeatureConfig()),
+    return {"version": VERSION, "grid": [asdict(g) for g in GRID], "folds": FOLDS, "fit_splits": FIT_SPLITS,
+            "request_max_fpr": REQUEST_MAX_FPR,
+            "features": asdict(FeatureConfig()),
             "shares": data.SHARES, "reserved_below": data.RESERVED_BELOW,
             "gate_rows": hashlib.sha256(json.dumps(sorted(data.gate_rows())).encode()).hexdigest()[:16],
             "safety_set": fingerprint(SAFETY_SET) if SAFETY_SET.is_file() else None}
