@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from service_helpers import judge_model_dir
 from typer.testing import CliRunner
 
 from deploy.wiring import build_cli
@@ -220,6 +221,7 @@ def test_building_the_model_shows_a_progress_bar(app, tmp_path, tiny_model_dir, 
         return TransformersBackend(tiny_model_dir, device="cpu", kind="builtin", name="builtin-test")
 
     monkeypatch.setenv("ADVISOR_BACKEND__KIND", "builtin")
+    monkeypatch.setenv("ADVISOR_JUDGES__MODEL_DIR", str(judge_model_dir()))  # the guard's judge reads SmolLM2
     monkeypatch.setattr(cli_chat, "model_needs_build", lambda settings: True)
     monkeypatch.setattr(cli_chat, "make_backend", fake_build)
     result = invoke(app, tmp_path, "ask", "Hi", "--max-new-tokens", "4")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 from guard_helpers import UNSAFE_REQUEST, FakeJudge
-from service_helpers import CHROMIUM, CHROMIUM_ARGS, start_service, tiny_settings
+from prereqs import CHROMIUM, requires
+from service_helpers import CHROMIUM_ARGS, start_service, tiny_settings
 from test_browser_chat import assistant_messages, bot_texts, open_app, send, user_id
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's Chromium at /usr/bin/chromium "
-                                                     "(apt-get install -y chromium)"),
+    requires(CHROMIUM.exists(), "needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)"),
 ]
 
 REFUSAL = "I'm sorry, but I can't help with that."

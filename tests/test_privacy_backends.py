@@ -17,7 +17,7 @@ from test_datasets import V1, Chat
 from typer.testing import CliRunner
 
 from deploy.loop.privacy import forget_everywhere
-from deploy.service.identity import adopt_guest_data
+from deploy.service.caller import adopt_guest_data
 from deploy.service.sessions import Identity
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
