@@ -70,6 +70,8 @@ def test_rule_waits_for_the_minimum_then_rolls_back_a_clearly_worse_canary(monke
         "live_release": "l", "max_conversations": 1000, "min_answers": 20, "tolerance": 0.05}})
     rows: list[AnswerOutcome] = []
     monkeypatch.setattr(mod, "answer_outcomes", lambda store, ids, since: rows)
+    # The events behind each arm's rates, by extractor version (the store's count, faked here).
+    monkeypatch.setattr(mod, "extractor_versions", lambda store, answers: {"fast fast-2+lr-x": len(answers)})
     rows += [_outcome(i, f"u{i}", CANARY_ARM, "c", bad=True) for i in range(10)]
     rows += [_outcome(100 + i, f"v{i}", LIVE_ARM, "l") for i in range(10)]
     assert judge(None, release, settings).action == "continue"  # 10 < 20 per arm
@@ -78,6 +80,7 @@ def test_rule_waits_for_the_minimum_then_rolls_back_a_clearly_worse_canary(monke
     verdict = judge(None, release, settings)
     assert verdict.action == "rollback" and "shown worse" in verdict.reason
     assert verdict.intervals["bad"]["low"] > 0
+    assert verdict.extractors == {CANARY_ARM: {"fast fast-2+lr-x": 30}, LIVE_ARM: {"fast fast-2+lr-x": 30}}
     # An equal canary is promoted once the sequence shows it non-inferior within the tolerance
     # (both arms: no events in 400 answers of 80 users), before its time is up.
     rows[:] = [_outcome(i, f"u{i % 160}", CANARY_ARM if i % 2 else LIVE_ARM, "c" if i % 2 else "l") for i in range(800)]

@@ -200,6 +200,9 @@ def test_kto_rows_labels_weights_and_card(store, populated, tmp_path):
                             "incomplete_answer": 1}
     assert card.counts_by_source == {"disliked": 1, "liked": 1, "negative_feedback": 1, "positive_feedback": 2}
     assert card.counts_by_category == {AWARE_WITH_CORRECTION: 1, POSITIVE: 3}
+    # Which extractor version mined the events of the rows' conversations, for its precision estimate.
+    assert list(card.extractor_versions) == ["test 1"] and card.extractor_versions["test 1"] >= 3
+    assert "mined feedback by extractor version: test 1" in (tmp_path / CARD_MD).read_text()
     assert (card.n_train, card.n_eval) == (5, 0) and _rows(tmp_path / "eval.parquet") == []
     assert read_card(tmp_path) == card
     assert "flag-word — removed 1" in (tmp_path / CARD_MD).read_text()

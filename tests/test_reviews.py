@@ -119,6 +119,25 @@ def test_precision_by_category_and_week(mined):
     assert p["corrections"]["positive"] == {"ask_clarification": 1}
     assert p["corrections"]["aware_without_correction"] == {"not_feedback": 1}
     assert precision(store.reviewed_events(extractor="llm"))["overall"]["all"]["reviewed"] == 0
+    by_version = {(v["version"], v["category"]): v for v in p["by_version"]}
+    assert set(by_version) == {("fast fast-test", c) for c in ("positive", "ask_clarification",
+                                                               "aware_without_correction", "all")}
+    assert by_version[("fast fast-test", "all")]["reviewed"] == 4 and by_version[("fast fast-test", "all")]["correct"] == 2
+
+
+def test_precision_by_extractor_version_matches_what_training_sets_name(mined):
+    """A training set's card and a canary's verdict name the extractor versions of the events they
+    used (`extractor_versions`); the review estimate is keyed by the same names."""
+    from feedback.store.analytics import extractor_versions
+
+    store, ev, (a, b, c) = mined
+    store.add_review(ev["meaning"].id, "alice", "correct")
+    store.add_review(ev["meaning_llm"].id, "alice", "not_feedback")
+    versions = {v["version"]: v for v in precision(store.reviewed_events())["by_version"] if v["category"] == "all"}
+    assert versions["fast fast-test"]["precision"] == 1.0 and versions["llm llm-test"]["precision"] == 0.0
+    assert extractor_versions(store, conversations=[a[0].conversation_id]) == {"fast fast-test": 2, "llm llm-test": 1}
+    assert extractor_versions(store, answers=[b[1].id, c[1].id]) == {"fast fast-test": 2}
+    assert extractor_versions(store) == {}
 
 
 def test_export_round_trips_through_load_gold_and_evaluate(mined, tmp_path):
@@ -252,8 +271,11 @@ def test_review_panel_handlers_without_a_browser(svc):
     queue3, *_ = panel.submit(ctx, queue2, "wrong category", "ask_clarification", admin)
     queue4, _, _, table, plot = panel.submit(ctx, queue3, "not feedback", None, admin)
     assert len(queue4) == len(queue) - 3
-    overall = table[table["week"] == "all weeks"].set_index("category")
+    overall = table[(table["week"] == "all weeks") & (table["extractor version"] == "all versions")]
+    overall = overall.set_index("category")
     assert overall.loc["positive", "reviewed"] >= 3 and 0 <= overall.loc["positive", "95% low"] <= 1
+    versions = table[table["extractor version"] != "all versions"]
+    assert set(versions["extractor version"]) == {"fast fast-test"} and (versions["reviewed"] > 0).all()
     assert set(plot["category"]) <= {"positive", "aware_without_correction"} and not plot.empty
     entries = [e for e in svc.store.list_audit(action="review") if e.details["surface"] == "operator"]
     assert len(entries) == 4 and {e.actor for e in entries} == {"admin"}

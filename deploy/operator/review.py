@@ -15,9 +15,11 @@ Design choices:
   `SAMPLE_SIZE` events), not on the server: two reviewers draw and work independently, and a
   reload simply draws again. An event reviewed meanwhile by someone else can be reviewed again;
   the latest verdict counts (`feedback.store.reviews`).
-- Precision is the share of reviewed events called correct, by the week they were mined, with
-  Wilson 95% intervals (`feedback.extract.reviews.precision`); the table shows the intervals,
-  the plot the point estimates.
+- Precision is the share of reviewed events called correct, by the week they were mined and by
+  the extractor version that mined them, with Wilson 95% intervals
+  (`feedback.extract.reviews.precision`); the table shows the intervals, the plot the point
+  estimates. The version rows are what a dataset card's or a canary verdict's extractor versions
+  are read against.
 - User text is escaped before it becomes HTML; the span is marked by its stored offsets.
 """
 
@@ -38,7 +40,8 @@ from feedback.taxonomy import CATEGORY_IDS
 SAMPLE_SIZE = 20
 ANY = "any"
 VERDICT_LABELS = {"correct": "correct", "wrong category": "wrong_category", "not feedback": "not_feedback"}
-TABLE_COLUMNS = ["week", "category", "reviewed", "correct", "precision", "95% low", "95% high"]
+TABLE_COLUMNS = ["week", "extractor version", "category", "reviewed", "correct", "precision", "95% low", "95% high"]
+ALL_VERSIONS = "all versions"
 CONTEXT_CHARS = 600
 
 
@@ -64,11 +67,14 @@ def card_html(queue: list[dict]) -> str:
 def precision_frames(store: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table with intervals: per week and overall; plot frame: precision per category and week)."""
     p = precision(store.reviewed_events())
-    rows = [{"week": w["week"], "category": w["category"], "reviewed": w["reviewed"], "correct": w["correct"],
-             "precision": w["precision"], "95% low": w["low"], "95% high": w["high"]} for w in p["weeks"]]
-    rows += [{"week": "all weeks", "category": c, "reviewed": v["reviewed"], "correct": v["correct"],
-              "precision": v["precision"], "95% low": v["low"], "95% high": v["high"]}
-             for c, v in p["overall"].items() if v["reviewed"]]
+    def row(week: str, version: str, category: str, cell: dict) -> dict:
+        return {"week": week, "extractor version": version, "category": category, "reviewed": cell["reviewed"],
+                "correct": cell["correct"], "precision": cell["precision"], "95% low": cell["low"],
+                "95% high": cell["high"]}
+
+    rows = [row(w["week"], ALL_VERSIONS, w["category"], w) for w in p["weeks"]]
+    rows += [row("all weeks", ALL_VERSIONS, c, v) for c, v in p["overall"].items() if v["reviewed"]]
+    rows += [row("all weeks", v["version"], v["category"], v) for v in p["by_version"]]
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     plot = pd.DataFrame([{"week": w["week"], "category": w["category"], "precision": w["precision"]}
                          for w in p["weeks"] if w["category"] != ALL], columns=["week", "category", "precision"])

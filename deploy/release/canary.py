@@ -48,6 +48,7 @@ import numpy as np
 from deploy.release.registry import ReleaseError, promote, swap_lock
 from evaluator.sequential import ArmSums, difference_sequence
 from feedback.store import Release, Store
+from feedback.store.analytics import extractor_versions
 from feedback.store.outcomes import AnswerOutcome, answer_outcomes
 
 LIVE_ARM, CANARY_ARM = "live", "canary"
@@ -141,6 +142,9 @@ class Verdict:
     reason: str
     arms: dict[str, dict] = field(default_factory=dict)
     intervals: dict[str, dict] = field(default_factory=dict)  # good / bad: canary − live, always valid
+    # Per arm, the mined feedback events behind its rates by "<extractor> <version>": the rates are
+    # only as precise as that version (the operator's review panel estimates it per version).
+    extractors: dict[str, dict[str, int]] = field(default_factory=dict)
     checked_at: str = field(default_factory=lambda: _now().isoformat(timespec="seconds"))
 
     def as_dict(self) -> dict:
@@ -194,8 +198,14 @@ def outcomes_by_arm(store: Store, canary: Release) -> dict[str, list[AnswerOutco
 
 def judge(store: Store, canary: Release, settings: Any, *, now: datetime | None = None) -> Verdict:
     """Apply the rule (module docstring) to the canary's answers so far."""
-    state, cs = canary_state(canary), settings.canary
     arms = outcomes_by_arm(store, canary)
+    verdict = _decide(canary, settings, arms, now)
+    verdict.extractors = {arm: extractor_versions(store, answers=[o.id for o in rows]) for arm, rows in arms.items()}
+    return verdict
+
+
+def _decide(canary: Release, settings: Any, arms: dict[str, list[AnswerOutcome]], now: datetime | None) -> Verdict:
+    state, cs = canary_state(canary), settings.canary
     stats = {arm: asdict(arm_stats(rows)) for arm, rows in arms.items()}
     ended_by = None
     if stats[CANARY_ARM]["conversations"] >= state.get("max_conversations", cs.max_conversations):

@@ -45,7 +45,7 @@ from feedback.datasets.card import (
     write_rows,
 )
 from feedback.labeller import HeuristicLabeller, Labeller
-from feedback.store.analytics import training_conversation_ids
+from feedback.store.analytics import extractor_versions, training_conversation_ids
 
 MESSAGE_LISTS = ("prompt", "completion", "chosen", "rejected")
 
@@ -129,6 +129,7 @@ def build_dataset(
     card.redaction = {"redactor": getattr(redactor, "name", type(redactor).__name__) if redactor else
                       "none (personal data not redacted)", "replaced": redacted}
     card.users = sorted({r["user_id"] for r in train + evals})
+    card.extractor_versions = extractor_versions(store, conversations=sorted({r["conversation_id"] for r in rows}))
     (out_dir / CARD_JSON).write_text(json.dumps(card.to_json(), indent=2) + "\n")
     (out_dir / CARD_MD).write_text(card.markdown())
     return card

@@ -116,6 +116,9 @@ class DatasetCard:
     # Whose conversations the rows came from (pseudonymous ids): a run records them, so a release
     # trained on a user's data can be marked if the user is forgotten later.
     users: list[str] = field(default_factory=list)
+    # Mined feedback events in the rows' conversations, by "<extractor> <version>": which extractor
+    # version's reading the labels rest on (its estimated precision: the operator's review panel).
+    extractor_versions: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -145,6 +148,8 @@ class DatasetCard:
             + (" — replaced " + ", ".join(f"{k} {v}" for k, v in self.redaction.get("replaced", {}).items())
                if self.redaction.get("replaced") else ""),
             f"- from the conversations of {len(self.users)} user(s)",
+            "- mined feedback by extractor version: "
+            + (", ".join(f"{k} {v}" for k, v in self.extractor_versions.items()) or "none"),
         ]
         if self.labeller:
             lines.append(f"- attribute labeller: {self.labeller}")

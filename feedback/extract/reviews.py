@@ -5,6 +5,9 @@
   the same over all weeks. Wilson rather than the bootstrap used for the gold metrics: here a cell
   is one binomial proportion, often of a handful of reviews, and Wilson stays inside [0, 1] and is
   honest at n = 3 where the normal interval is not.
+  `by_version` gives the same per extractor version (`"<extractor> <extractor_version>"`, as the
+  events store it): a training set's card and a canary's verdict name the versions whose events they
+  used, and this is the estimate of those versions' precision.
 - `gold_records(store, reviewed)` / `export_gold(store, path)`: the reviews as gold JSON lines
   (`feedback.extract.gold`'s format): one record per reviewed user message, holding the
   conversation on that message's branch up to the message, and its reviewed events as feedback
@@ -60,6 +63,11 @@ def week_of(when: datetime) -> str:
     return (day - timedelta(days=day.weekday())).isoformat()
 
 
+def version_of(r: ReviewedEvent) -> str:
+    """The extractor and its version, as `feedback.store.analytics.extractor_versions` names them."""
+    return f"{r.extractor} {r.extractor_version or ''}".strip()
+
+
 def _cell(k: int, n: int) -> dict:
     p, low, high = wilson(k, n)
     return {"reviewed": n, "correct": k, "precision": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
@@ -69,13 +77,17 @@ def precision(reviewed: Sequence[ReviewedEvent]) -> dict:
     """Estimated precision per category (and all categories) by week and overall, with Wilson
     95% intervals, plus what the wrong ones really were (`corrections`)."""
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    versions: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     corrections: dict[str, dict[str, int]] = {c: defaultdict(int) for c in CATEGORY_IDS}
     for r in reviewed:
         ok = int(r.verdict == "correct")
-        for week in (week_of(r.mined_at), ALL):
-            for category in (r.category, ALL):
+        for category in (r.category, ALL):
+            for week in (week_of(r.mined_at), ALL):
                 counts[(week, category)][0] += ok
                 counts[(week, category)][1] += 1
+            cell = versions[(version_of(r), category)]
+            cell[0] += ok
+            cell[1] += 1
         if not ok and r.category in corrections:
             corrections[r.category][r.true_category or "not_feedback"] += 1
     weeks = sorted({w for w, _ in counts if w != ALL})
@@ -84,6 +96,8 @@ def precision(reviewed: Sequence[ReviewedEvent]) -> dict:
         "weeks": [{"week": w, "category": c, **_cell(*counts[(w, c)])}
                   for w in weeks for c in (*CATEGORY_IDS, ALL) if (w, c) in counts],
         "overall": {c: _cell(*counts[(ALL, c)]) for c in (*CATEGORY_IDS, ALL)},
+        "by_version": [{"version": v, "category": c, **_cell(*versions[(v, c)])}
+                       for v in sorted({v for v, _ in versions}) for c in (*CATEGORY_IDS, ALL) if (v, c) in versions],
         "corrections": {c: dict(v) for c, v in corrections.items()},
     }
 

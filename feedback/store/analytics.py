@@ -210,3 +210,17 @@ def messages_table(store: Store) -> pa.Table:
     """One flat row per message (its conversation's user and title, the answer's generation
     metadata, its ratings as a list), as an Arrow table: the Parquet export writes it as is."""
     return store._analytics_arrow(_EXPORT_SQL)
+
+
+def extractor_versions(store: Store, *, conversations: Sequence[str] = (), answers: Sequence[str] = ()) -> dict[str, int]:
+    """How many mined feedback events, by the extractor and version that found them
+    (`"<extractor> <extractor_version>"`), lie in these conversations or react to these answers:
+    what a training set or a canary's rates were made of, so a precision estimate for that version
+    (the review panel's) can be set beside them."""
+    if not conversations and not answers:
+        return {}
+    rows = store._analytics(
+        "SELECT extractor, coalesce(extractor_version, ''), count(*) FROM feedback_events "
+        "WHERE conversation_id IN (SELECT unnest($conversations)) OR target_message_id IN (SELECT unnest($answers)) "
+        "GROUP BY 1, 2 ORDER BY 1, 2", {"conversations": list(conversations), "answers": list(answers)})
+    return {f"{extractor} {version}".strip(): int(n) for extractor, version, n in rows}

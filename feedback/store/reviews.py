@@ -63,6 +63,7 @@ class ReviewedEvent:
     corrected_category: str | None
     reviewer: str
     reviewed_at: datetime
+    extractor_version: str | None = None  # the version of the extractor that mined it
 
     @property
     def true_category(self) -> str | None:
@@ -136,7 +137,7 @@ class Reviews(Database):
         where, params = ("WHERE e.extractor = ? ", [extractor]) if extractor else ("", [])
         rows = self._read(
             "SELECT e.id, e.conversation_id, e.message_id, e.category, e.span, e.span_start, e.span_end, e.extractor, "
-            "e.created_at, r.verdict, r.corrected_category, r.reviewer, r.created_at "
+            "e.created_at, r.verdict, r.corrected_category, r.reviewer, r.created_at, e.extractor_version "
             f"FROM event_reviews r JOIN feedback_events e ON e.id = r.event_id {where}"
             "ORDER BY e.created_at, e.id, r.created_at, r.id", params)
         latest: dict[str, ReviewedEvent] = {}

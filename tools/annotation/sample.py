@@ -2,6 +2,7 @@
 
     python tools/annotation/sample.py [--data ../shared/data/hh-rlhf] [--out DIR]
     python tools/annotation/sample.py --extra 240 --seed 1402 --out DIR   # more, the train split (below)
+    python tools/annotation/sample.py --generalisation 150               # the generalisation split (below)
 
 Writes five batches of 66 conversations (at least three user turns, the part the chosen and rejected
 transcripts share, which ends with the last human turn) and the 60-conversation blind batch (the
@@ -13,6 +14,16 @@ already in the gold file. They are annotated once and form the `train` split: tr
 the fast extractor, never used to choose its settings or to report a figure, so dev and test stay
 the adjudicated conversations they were. Four rounds were drawn, each after the
 previous one was merged into the gold file: `--extra 240` with `--seed 1402`, 1403, 1404, then 1405.
+
+`--generalisation N` draws N conversations (seed 1500 unless `--seed` says otherwise) that no round
+has touched: none in the gold file, the templated dev gold, or any record of an annotation round
+(`records/*.jsonl`, the fifth round that stayed out of the gold file included). They go unlabelled
+to `feedback/data/generalisation_unlabelled.jsonl` (the gold file's format with `split:
+"generalisation"` and `feedback: []`) and in three batches to `--batches` for blind annotators: a
+split the extractor was never fitted or tuned on, to measure how its precision generalises. A subset
+with too few conversations left is dropped and the others keep their proportions (helpful-online's
+57 candidates were all used by earlier rounds, so `--generalisation 150` draws 50 harmless-base,
+48 helpful-base and 52 helpful-rejection-sampled).
 """
 import argparse
 import gzip
@@ -57,18 +68,66 @@ def draw(data, quotas, seed, exclude=frozenset()):
     return convs
 
 
+def scaled_quotas(n, subsets=tuple(QUOTA)):
+    """N conversations in the subset proportions of the first draw (the remainder to harmless-base)."""
+    total = sum(QUOTA[s] for s in subsets)
+    quotas = {s: round(QUOTA[s] * n / total) for s in subsets}
+    quotas["harmless-base"] += n - sum(quotas.values())
+    return quotas
+
+
+def available_quotas(data, n, exclude):
+    """`scaled_quotas`, less the subsets with too few conversations left (helpful-online is small)."""
+    left = {s: sum(f"hh/{s}/{row}" not in exclude for row, _ in candidates(Path(data) / s / "test.jsonl.gz"))
+            for s in QUOTA}
+    subsets = list(QUOTA)
+    while any(q > left[s] for s, q in scaled_quotas(n, subsets).items()):
+        subsets = [s for s, q in scaled_quotas(n, subsets).items() if q <= left[s]]
+    return scaled_quotas(n, subsets)
+
+
+def ids_in(path):
+    return {json.loads(line)["id"] for line in open(path) if line.strip()}
+
+
+def used_ids():
+    """Every conversation id already annotated or drawn for annotation: gold files and round records."""
+    data = ROOT / "feedback" / "data"
+    used = ids_in(data / "hh_gold.jsonl") | ids_in(data / "dev_gold.jsonl")
+    for record in sorted((ROOT / "tools" / "annotation" / "records").glob("*.jsonl")):
+        used |= ids_in(record)
+    return used
+
+
+def write_jsonl(path, convs):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in convs)
+
+
+def generalisation(args):
+    seed = 1500 if args.seed is None else args.seed
+    used = used_ids()
+    quotas = available_quotas(args.data, args.generalisation, used)
+    convs = [{"id": c["id"], "split": "generalisation", "source": c["source"], "messages": c["messages"],
+              "feedback": []} for c in draw(args.data, quotas, seed, used)]
+    write_jsonl(ROOT / "feedback" / "data" / "generalisation_unlabelled.jsonl", convs)
+    out = Path(args.batches)
+    out.mkdir(parents=True, exist_ok=True)
+    size = -(-len(convs) // 3)
+    for b in range(3):
+        write_jsonl(out / f"gen_batch_{b + 1}.jsonl", convs[b * size:(b + 1) * size])
+    print(f"{len(convs)} unlabelled conversations (seed {seed}, {quotas}); batches in {out}")
+
+
 def extra(args):
-    gold = ROOT / "feedback" / "data" / "hh_gold.jsonl"
-    used = {json.loads(line)["id"] for line in open(gold)}
-    total = sum(QUOTA.values())
-    quotas = {s: round(q * args.extra / total) for s, q in QUOTA.items()}
-    quotas["harmless-base"] += args.extra - sum(quotas.values())
-    convs = draw(args.data, quotas, args.seed, used)
+    used = ids_in(ROOT / "feedback" / "data" / "hh_gold.jsonl")
+    quotas = scaled_quotas(args.extra)
+    convs = draw(args.data, quotas, 1402 if args.seed is None else args.seed, used)
     out = Path(args.out) / "batches"
     out.mkdir(parents=True, exist_ok=True)
     size = -(-len(convs) // 6)
     for b in range(6):
-        with open(out / f"extra_{args.seed}_{b + 1}.jsonl", "w") as f:
+        with open(out / f"extra_{args.seed or 1402}_{b + 1}.jsonl", "w") as f:
             f.writelines(json.dumps(c, ensure_ascii=False) + "\n" for c in convs[b * size:(b + 1) * size])
     print(f"{len(convs)} more conversations in {out} ({quotas})")
 
@@ -78,8 +137,14 @@ def main():
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "hh-rlhf"))
     ap.add_argument("--out", default="annotation")
     ap.add_argument("--extra", type=int, default=0, help="draw this many more conversations (train split)")
-    ap.add_argument("--seed", type=int, default=1402, help="the seed of an --extra draw")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the seed of an --extra draw (default 1402) or a --generalisation draw (default 1500)")
+    ap.add_argument("--generalisation", type=int, default=0,
+                    help="draw this many conversations no annotation round has touched (unlabelled)")
+    ap.add_argument("--batches", default="/tmp/annot", help="where the --generalisation batches go")
     args = ap.parse_args()
+    if args.generalisation:
+        return generalisation(args)
     if args.extra:
         return extra(args)
     convs = draw(args.data, QUOTA, 14)
