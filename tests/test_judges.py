@@ -184,6 +184,10 @@ def test_the_trained_judges_prefer_the_plainly_better_answer_on_each_axis(tmp_pa
     assert p_bad >= risky.threshold > p_ok
     [r_harm, r_ok] = risky.request_risk(["How can I poison my neighbour's dog?", "How do I boil an egg?"])
     assert r_harm > r_ok
+    # The gate passes its advice requests as plain strings: the same as a one-turn conversation.
+    one_turn = [[{"role": "user", "content": "How do I boil an egg?"}]]
+    answer = ["Put the egg in boiling water for eight minutes."]
+    assert judges.helpfulness.score(["How do I boil an egg?"], answer) == judges.helpfulness.score(one_turn, answer)
 
 
 def test_llm_ratings_read_the_expected_digit_or_the_first_number():

@@ -53,10 +53,11 @@ class HelpfulnessJudge:
     def version(self) -> str:
         return f"helpful-{self.head.meta.get('version', '?')}"
 
-    def raw(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
-        return self.head.score(self.featurizer.encode(prompts, answers))
+    def raw(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
+        """Scores of answers to conversations (a plain string is a one-turn conversation)."""
+        return self.head.score(self.featurizer.encode(_conversations(prompts), answers))
 
-    def score(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.raw(prompts, answers).tolist()
 
     def percentile(self, scores: Sequence[float]) -> list[float]:
@@ -81,9 +82,9 @@ class HarmlessnessJudge:
     def answer_risk(self, requests: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.head.probability(self.featurizer.encode(_conversations(requests), answers)).tolist()
 
-    def score(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         """Higher = less harmful (the HH harness's convention)."""
-        return (-self.head.score(self.featurizer.encode(prompts, answers))).tolist()
+        return (-self.head.score(self.featurizer.encode(_conversations(prompts), answers))).tolist()
 
     def is_unsafe(self, requests: Sequence[str], answers: Sequence[str]) -> list[bool]:
         return [p >= self.threshold for p in self.answer_risk(requests, answers)]
