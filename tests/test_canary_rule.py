@@ -80,6 +80,7 @@ def _checks(monkeypatch, canary: list, live: list, every: int = 10, **judge_kw) 
     """Judge after every `every` canary answers (live: four times as many), as a service would."""
     rows: list[AnswerOutcome] = []
     monkeypatch.setattr(mod, "answer_outcomes", lambda store, ids, since: rows)
+    monkeypatch.setattr(mod, "extractor_versions", lambda store, **kw: {})  # no store: no mined events to count
     settings = load_settings(environ={}, overrides={"canary.min_answers": 30})
     release, verdicts = _release(datetime.now(timezone.utc)), []
     for k in range(every, len(canary) + 1, every):
