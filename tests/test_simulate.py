@@ -51,10 +51,7 @@ def _categories(messages: list[str], previous: str) -> list[set[str]]:
 
 # Round 1's templates the shipped classifier (960 train + dev conversations) misreads: the second
 # sentence, which says what is needed, scores positive 0.31 against correction 0.27.
-TEMPLATE_MISREADS = {
-    "That's too vague. I need a list of steps I can tick off one by one this week.":
-        {AWARE_WITHOUT_CORRECTION, POSITIVE},
-}
+TEMPLATE_MISREADS: dict[str, set[str]] = {}  # none since the classifier of 2026-12-03
 
 
 def test_every_reaction_template_is_understood_by_the_fast_extractor():
