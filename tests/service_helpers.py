@@ -50,7 +50,7 @@ def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
         "judges.model_dir": str(judge_model_dir()),
         # The safety guard's verdicts on the tiny model's gibberish would be arbitrary: the guard's own
         # tests (tests/test_guard_service.py) switch it on with a deterministic judge.
-        "guard.enabled": False,
+        "guard.enabled": False, "guard.system_prompt": "",
     }
     values.update(overrides)
     return load_settings(environ={}, overrides=values)

@@ -279,7 +279,9 @@ def test_stop_generation_stores_an_interrupted_answer(page, live, context):
         page.fill("#input textarea", "Tell me everything about moving to another country.")
         page.click("#send")
         page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('▍')", timeout=WAIT_MS)
-        page.click("#stop")
+        # The button re-renders with every streamed chunk (never "stable" for a pointer click): click it
+        # where it is now.
+        page.evaluate("document.querySelector('#stop').click()")
         uid = user_id(live, context)
         wait_until(lambda: len(assistant_messages(live, uid)) == 1, what="the stopped answer")
         wait_ui_idle(page)
