@@ -34,20 +34,10 @@ def answers(model_dir: Path, mode: str, prompts: list[str], cache: Path, max_new
         got = json.loads(cache.read_text())
         if got.get("prompts") == prompts:
             return got["answers"]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tools.data.make_safety_set import answer
 
-    from chat.steering import render
-    from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    steerlm = render([], Attributes(), mode)[1]
-    fn = hf_answer_fn(model, tok, max_new_tokens=max_new_tokens, batch_size=16,
-                      template_kwargs={"attributes": steerlm} if steerlm else None,
-                      to_messages=lambda q: render([{"role": "user", "content": q}], Attributes(), mode)[0])
     t0 = time.time()
-    out = [a.strip() for a in fn(prompts)]
+    out = [a.strip() for a in answer(model_dir, mode, prompts, max_new_tokens)]
     cache.write_text(json.dumps({"prompts": prompts, "answers": out, "seconds": time.time() - t0}))
     return out
 

@@ -51,7 +51,9 @@ def requests(hh_dir: Path, subset: str, n: int, seed: int = SEED) -> list[dict]:
     return rows[:n]
 
 
-def answer(model_dir: Path, mode: str, questions: list[str]) -> list[str]:
+def answer(model_dir: Path, mode: str, questions: list[str], max_new_tokens: int = MAX_NEW_TOKENS) -> list[str]:
+    """Greedy answers of the model at `model_dir`, each question rendered as the chat renders it
+    at the default sliders (`mode`: the model's steering rendering)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from chat.steering import render
@@ -61,7 +63,7 @@ def answer(model_dir: Path, mode: str, questions: list[str]) -> list[str]:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     steerlm = render([], Attributes(), mode)[1]
-    fn = hf_answer_fn(model, tok, max_new_tokens=MAX_NEW_TOKENS, batch_size=16,
+    fn = hf_answer_fn(model, tok, max_new_tokens=max_new_tokens, batch_size=16,
                       template_kwargs={"attributes": steerlm} if steerlm else None,
                       to_messages=lambda q: render([{"role": "user", "content": q}], Attributes(), mode)[0])
     return fn(questions)
