@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from chat.backends.base import BackendError
+from feedback.attributes import add_to_system
 
 ALLOWED, REFUSED, REPLACED = "allowed", "refused", "replaced"
 VERDICTS = (ALLOWED, REFUSED, REPLACED)
@@ -92,11 +93,7 @@ def with_policy(messages: list[dict], policy: str) -> list[dict]:
     policy = policy.strip()
     if not policy:
         return out
-    if out and out[0].get("role") == "system":
-        existing = (out[0].get("content") or "").strip()
-        out[0]["content"] = f"{policy}\n\n{existing}" if existing else policy
-    else:
-        out.insert(0, {"role": "system", "content": policy})
+    add_to_system(out, policy, first=True)
     return out
 
 

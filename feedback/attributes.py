@@ -153,9 +153,18 @@ def with_instructions(messages: list[dict], attributes: Attributes | None) -> li
     if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
         content = last["content"].rstrip()
         last["content"] = f"{content}\n\n{text}" if content else text
-    elif out and out[0].get("role") == "system":
-        existing = (out[0].get("content") or "").rstrip()
-        out[0]["content"] = f"{existing}\n\n{text}" if existing else text
     else:
-        out.insert(0, {"role": "system", "content": text})
+        add_to_system(out, text)
     return out
+
+
+def add_to_system(messages: list[dict], text: str, *, first: bool = False) -> None:
+    """Put `text` in the conversation's system message (after what it says, or before when
+    `first`), making one at the start when there is none. Changes `messages` in place."""
+    if messages and messages[0].get("role") == "system":
+        existing = messages[0].get("content") or ""
+        existing = existing.strip() if first else existing.rstrip()
+        parts = [text, existing] if first else [existing, text]
+        messages[0]["content"] = "\n\n".join(p for p in parts if p)
+    else:
+        messages.insert(0, {"role": "system", "content": text})
