@@ -56,7 +56,7 @@ class FlagWord:
     def __init__(self, word: str):
         self.word = word
 
-    def flags(self, texts):
+    def flags(self, texts, prompts=None):
         return [self.word in t for t in texts]
 
 

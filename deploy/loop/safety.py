@@ -1,10 +1,15 @@
-"""The training-set safety filter: the harmlessness moderator decides what may never be a desirable,
-chosen or SFT example.
+"""The training-set safety filter: what may never be a desirable, chosen or SFT example.
 
 `make_safety_filter(settings, enabled=True)` is what every path that builds a training set calls
-(`advisor dataset build`, `advisor train`, the training job, the cycle): the moderator-backed
-`ModeratorSafetyFilter` when enabled, else `feedback.datasets.AcceptEverythingFilter`, whose name
-says on the dataset card that nothing was moderated.
+(`advisor dataset build`, `advisor train`, the training job, the cycle). Enabled, it is the
+moderator-backed `ModeratorSafetyFilter`, joined - when `judges.kind` is "trained" - by the
+validated harmlessness judge reading each answer with its conversation (`JudgeSafetyFilter`): an
+answer either flags is dropped. The two fail differently: the moderator knows the written unsafe
+advice it was trained on, the judge real requests for harmful help (HH-RLHF red-team answers and
+the labelled safety set; precision and recall in docs/judges.md). Dropping a safe example costs
+little, training on an unsafe one costs a release. Switched off, it is
+`feedback.datasets.AcceptEverythingFilter`, whose name says on the dataset card that nothing was
+moderated.
 
 Design choices:
 - It lives in `deploy`, the composition root: `feedback` defines the `SafetyFilter` protocol and
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.release.judges import load_moderator, moderator_dir
+from deploy.release.judges import harmlessness_thresholds, load_judges, load_moderator, moderator_dir
 from feedback.datasets import AcceptEverythingFilter, SafetyFilter
 
 
@@ -53,7 +58,7 @@ class ModeratorSafetyFilter:
             self._moderator = load_moderator(self.cache_dir)
         return self._moderator
 
-    def flags(self, texts: Sequence[str]) -> list[bool]:
+    def flags(self, texts: Sequence[str], prompts: Sequence[list[dict]] | None = None) -> list[bool]:
         if not texts:
             return []
         flagged = [p >= self.config.threshold for p in self.moderator.score(list(texts))]
@@ -61,10 +66,40 @@ class ModeratorSafetyFilter:
         return flagged
 
 
+class JudgeSafetyFilter:
+    """The moderator's flags, or-ed with the harmlessness judge's: answer risk at or above its threshold
+    (shipped with its weights), the answer read under the conversation it answers."""
+
+    def __init__(self, moderator: ModeratorSafetyFilter, judge: Any, threshold: float) -> None:
+        self.moderator, self._judge, self.threshold = moderator, judge, threshold
+        self.name = f"{moderator.name} + trained harmlessness judge (answer risk >= {threshold:.3f})"
+        self.last_flagged: list[str] = []
+
+    @property
+    def judge(self) -> Any:
+        if callable(self._judge):  # a loader: the judge reads a 135M-parameter model, load it when needed
+            self._judge = self._judge()
+        return self._judge
+
+    def flags(self, texts: Sequence[str], prompts: Sequence[list[dict]] | None = None) -> list[bool]:
+        if not texts:
+            return []
+        requests = list(prompts) if prompts is not None else [""] * len(texts)
+        risk = self.judge.answer_risk(requests, list(texts))
+        flagged = [m or r >= self.threshold for m, r in zip(self.moderator.flags(texts, prompts), risk)]
+        self.last_flagged = [t for t, f in zip(texts, flagged) if f]
+        return flagged
+
+
 def make_safety_filter(settings: Any, enabled: bool = True,
                        config: SafetyFilterConfig = SafetyFilterConfig()) -> SafetyFilter:
-    """The filter for training-set builds: the moderator, or (switched off) the named no-op."""
+    """The filter for training-set builds: the moderator (and the trained judge, when the settings'
+    judges are the trained ones), or (switched off) the named no-op."""
     if not enabled:
         return AcceptEverythingFilter()
     cache = Path(config.cache_dir) if config.cache_dir else moderator_dir(settings.data_path)
-    return ModeratorSafetyFilter(cache, config)
+    moderator = ModeratorSafetyFilter(cache, config)
+    if settings is None or settings.judges.kind != "trained":
+        return moderator
+    _, answer_cut = harmlessness_thresholds(settings)
+    return JudgeSafetyFilter(moderator, lambda: load_judges(settings)[1], answer_cut)

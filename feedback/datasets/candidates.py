@@ -269,7 +269,8 @@ def dedupe(cands: list[Candidate], kind: str, dropped: Counter) -> list[Candidat
 
 def apply_filter(cands: list[Candidate], safety_filter: SafetyFilter) -> tuple[list[Candidate], int]:
     guarded = [i for i, c in enumerate(cands) if c.guarded_text is not None]
-    flags = safety_filter.flags([cands[i].guarded_text for i in guarded]) if guarded else []
+    prompts = [[{"role": m["role"], "content": m["content"]} for m in cands[i].row["prompt"]] for i in guarded]
+    flags = safety_filter.flags([cands[i].guarded_text for i in guarded], prompts) if guarded else []
     if len(flags) != len(guarded):
         raise DatasetError(f"safety filter {safety_filter.name!r} returned {len(flags)} flags for {len(guarded)} texts")
     flagged = {i for i, f in zip(guarded, flags) if f}

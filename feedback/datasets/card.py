@@ -40,8 +40,9 @@ class SafetyFilter(Protocol):
 
     name: str
 
-    def flags(self, texts: Sequence[str]) -> list[bool]:
-        """One bool per text: True = unsafe."""
+    def flags(self, texts: Sequence[str], prompts: Sequence[list[dict]] | None = None) -> list[bool]:
+        """One bool per text: True = unsafe. `prompts`, when given, holds the conversation each
+        text answers (role/content messages), for filters that judge an answer with its request."""
         ...
 
 
@@ -53,7 +54,7 @@ class AcceptEverythingFilter:
 
     name = "accept-everything (safety filter off: nothing moderated)"
 
-    def flags(self, texts: Sequence[str]) -> list[bool]:
+    def flags(self, texts: Sequence[str], prompts: Sequence[list[dict]] | None = None) -> list[bool]:
         return [False] * len(texts)
 
 
