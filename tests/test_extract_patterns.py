@@ -175,3 +175,48 @@ def test_a_question_on_a_new_topic_is_not_a_clarification(extractor, previous, a
 def test_a_question_about_the_answer_is_still_a_clarification(extractor, previous, answer, user):
     assert not any("new_topic" in f for f in structural(previous, answer, user))
     assert "ask_clarification" in {c for c, _ in spans(extractor, previous, answer, user)}
+
+
+
+# And a fifth family with no feature of its own: the user accepts the answer and goes on (tells
+# more of their situation, or asks the next thing), which neither re-asks nor corrects. A feature
+# for it ("after an accepting first sentence") and one for the share of a sentence's words new to
+# both the request and the answer left dev cross-validation where it was (docs/feedback.md), so
+# these only hold the classifier to what it does now.
+ACCEPTS = [
+    ("What's a good houseplant for low light?", "A snake plant or a ZZ plant both do well in low light and need "
+     "little water.", "Okay, great. I have a north-facing flat and I travel a lot for work."),
+    ("Can you suggest a side dish for roast chicken?", "Roasted potatoes with rosemary, or a simple green salad.",
+     "Yeah, potatoes it is. How long should they roast for?"),
+    ("Which language should I learn first for web development?", "Start with JavaScript: it runs in every "
+     "browser and on servers too.", "Interesting. What editor do most people use for JavaScript?"),
+    ("What should I pack for a weekend in Scotland?", "Layers, a waterproof jacket, and comfortable walking shoes.",
+     "Sure. We are going to Edinburgh in October with the kids."),
+    ("How do I keep basil alive indoors?", "Give it six hours of sun, water when the top of the soil is dry, "
+     "and pinch off the flower buds.", "Thanks, that helps. My kitchen window gets sun all afternoon."),
+]
+# ... next to turns whose opening concedes nothing: a contrast, a negation, or a "yes" that answers
+# the assistant's question before asking again.
+ACCEPT_NEIGHBOURS = [
+    pytest.param("Recommend a laptop for video editing.", "The MacBook Air is light and has a long battery life.",
+                 "Sure, but I edit 4K video all day. I need a laptop with a strong graphics card.",
+                 {"aware_with_correction"},
+                 marks=pytest.mark.xfail(strict=True, reason="a correction that names no fault and opens with an "
+                                         "assent: the classifier reads none in both sentences (the second: "
+                                         "none 0.49, re-ask 0.36, correction 0.14)")),
+    ("What's a quick vegetarian dinner?", "Try a chicken stir-fry with vegetables.",
+     "Okay, no. I said vegetarian, so no chicken.", {"aware_with_correction"}),
+    ("How do I get red wine out of a carpet?", "Why do you ask? Did something happen?",
+     "Yes, I spilled a glass. How do I get red wine out of a carpet?", {"repeat_rephrase"}),
+]
+
+
+@pytest.mark.parametrize("previous,answer,user", ACCEPTS)
+def test_going_on_after_accepting_the_answer_is_not_a_correction_or_a_re_ask(extractor, previous, answer, user):
+    found = {c for c, _ in spans(extractor, previous, answer, user)}
+    assert not found & {"aware_with_correction", "aware_without_correction", "repeat_rephrase"}
+
+
+@pytest.mark.parametrize("previous,answer,user,categories", ACCEPT_NEIGHBOURS)
+def test_an_opening_that_concedes_nothing_is_still_feedback(extractor, previous, answer, user, categories):
+    assert {c for c, _ in spans(extractor, previous, answer, user)} & categories
