@@ -2,11 +2,15 @@
 
     python -m evaluator.judges.cache --hh-dir ../shared/data/hh-rlhf --model-dir DIR --out FILE.npz
     python -m evaluator.judges.cache --safety --model-dir DIR --out SAFETY.npz
+    python -m evaluator.judges.cache --mismatched --hh-dir DIR --model-dir DIR --out MISMATCHED.npz
 
 The first writes, for every usable HH pair of every split, the chosen and the rejected answer's
 features with the pair's axis, split, subset and row; re-running resumes (pairs already in the file
 are kept). The second writes the labelled safety set's features: each answer read with its request,
-and each request alone. Training (`evaluator.judges.train`) reads both files.
+and each request alone. The third writes, for a seeded sample of helpful pairs per split, the
+features of another conversation's chosen answer read under this pair's conversation: the answer
+that ignores the question, which a helpfulness judge must rate below the one people chose.
+Training (`evaluator.judges.train`) reads all three files.
 """
 
 from __future__ import annotations
@@ -92,10 +96,45 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
     return out
 
 
+MISMATCH_SAMPLE = {"train": 450, "dev": 150, "test": 200}  # helpful pairs per split that get an off-topic answer
+
+
+def build_mismatched(hh_dir: Path, model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
+    """Per sampled helpful pair: another pair's chosen answer (same split, seeded derangement) read
+    under this pair's conversation; rows are keyed by this pair's (subset, row)."""
+    import torch
+
+    from evaluator.judges.validity import derangement
+
+    if threads:
+        torch.set_num_threads(threads)
+    pairs, _ = load_judge_pairs(hh_dir)
+    feat = Featurizer(model_dir, FeatureConfig())
+    cols: dict[str, list] = {}
+    for split, n in MISMATCH_SAMPLE.items():
+        pool = [jp.pair for jp in pairs if jp.axis == "helpful" and jp.split == split]
+        pool = [pool[i] for i in sorted(random.Random(f"mismatch:{split}").sample(range(len(pool)), min(n, len(pool))))]
+        other = derangement(len(pool), seed=1)
+        t0 = time.time()
+        for start in range(0, len(pool), 32):
+            part = range(start, min(start + 32, len(pool)))
+            x = feat.encode([pool[i].prompt for i in part], [pool[int(other[i])].chosen for i in part])
+            for name, values in (("features", list(x)), ("split", [split] * len(part)),
+                                 ("subset", [pool[i].subset for i in part]), ("row", [pool[i].row for i in part]),
+                                 ("other_row", [pool[int(other[i])].row for i in part])):
+                cols.setdefault(name, []).extend(values)
+            print(f"{split}: {part.stop}/{len(pool)}, {part.stop / (time.time() - t0):.2f} answers/s", flush=True)
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    arrays["features"] = np.stack(cols["features"]).astype(np.float32)
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), **arrays)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hh-dir", type=Path, default=None)
     ap.add_argument("--safety", action="store_true", help="the labelled safety set instead of the HH pairs")
+    ap.add_argument("--mismatched", action="store_true", help="off-topic answers under sampled helpful pairs")
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=None)
@@ -105,6 +144,8 @@ def main() -> None:
         build_safety(args.model_dir, args.out, threads=args.threads)
     elif args.hh_dir is None:
         ap.error("--hh-dir is needed for the HH pairs (or pass --safety)")
+    elif args.mismatched:
+        build_mismatched(args.hh_dir, args.model_dir, args.out, threads=args.threads)
     else:
         build(args.hh_dir, args.model_dir, args.out, threads=args.threads)
 

@@ -72,9 +72,10 @@ class LinearHead:
 
 def fit_head(spec: HeadSpec, hidden: int, better: np.ndarray, worse: np.ndarray,
              items: np.ndarray | None = None, labels: Sequence[bool] | None = None, *,
-             max_iter: int = 2000) -> LinearHead:
-    """Fit f on preference pairs (rows of `better` beat the same rows of `worse`) and, optionally,
-    labelled items (`labels[i]` True = the positive class, e.g. unsafe)."""
+             pair_weights: np.ndarray | None = None, max_iter: int = 2000) -> LinearHead:
+    """Fit f on preference pairs (rows of `better` beat the same rows of `worse`, each weighted by
+    `pair_weights`, default 1) and, optionally, labelled items (`labels[i]` True = the positive
+    class, e.g. unsafe)."""
     from sklearn.linear_model import LogisticRegression
 
     cols = [select(a, hidden, spec.blocks, spec.scalars) for a in (better, worse)]
@@ -86,7 +87,8 @@ def fit_head(spec: HeadSpec, hidden: int, better: np.ndarray, worse: np.ndarray,
     # Each pair twice, once each way round, so the fit has both classes and no side is favoured.
     rows = [np.hstack([d, np.zeros((len(d), 1))]), np.hstack([-d, np.zeros((len(d), 1))])]
     y = [np.ones(len(d)), np.zeros(len(d))]
-    w = [np.ones(len(d)), np.ones(len(d))]
+    pw = np.ones(len(d)) if pair_weights is None else np.asarray(pair_weights, dtype=float)
+    w = [pw, pw]
     if items is not None and len(items):
         zi = (select(items, hidden, spec.blocks, spec.scalars) - mean) / scale
         rows.append(np.hstack([zi, np.ones((len(zi), 1))]))

@@ -7,9 +7,13 @@ The recipe, in order:
 1. Helpfulness: Bradley-Terry heads, one per (feature blocks, C) in `GRID`, compared by 5-fold
    cross-validated accuracy on the train and dev pairs together (the features of every train pair
    cost a model pass, and pooling gives each choice more pairs than a dev split alone); the best is
-   refitted on all of them and scored once on test.
+   refitted on all of them and scored once on test. Beside the human pairs, each fit gets
+   off-topic pairs (the answer people chose against another conversation's answer, both read under
+   this conversation; `evaluator.judges.cache.build_mismatched`): people never had to say that an
+   answer should address the question, so HH pairs alone do not teach it. They follow their
+   conversation's fold, and their held-out share (relevance) is reported beside the accuracy.
 2. Harmlessness: the same on harmless-base pairs, fitted together with the safety set's labelled
-   answers of its train part (`evaluator.judges.safety.split_of`); the unsafe threshold is the one
+   answers of its train part (pairs and labelled answers weigh the same in total) (`evaluator.judges.safety.split_of`); the unsafe threshold is the one
    that maximises F1 on the train part's cross-validated probabilities; precision and recall are
    reported on the safety set's held-out part.
 3. A request head on the safety set's requests (harmful or not); its threshold is the lowest whose
@@ -24,8 +28,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,7 +46,9 @@ C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
 GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
 FOLDS = 5
 REQUEST_MAX_FPR = 0.05  # the request head's cut: at most this share of harmless requests refused (CV)
+ANSWER_MAX_FPR = 0.05  # the answer cut: at most this share of safe answers to harmless requests flagged (CV)
 FIT_SPLITS = ("train", "dev")  # settings chosen by cross-validation over these; test scored once
+MISMATCH_WEIGHT = 1.0  # an off-topic pair's weight beside a human preference pair
 
 
 def _interval(hits: np.ndarray) -> dict:
@@ -58,44 +65,77 @@ def _folds(n: int, k: int = FOLDS) -> np.ndarray:
     return np.random.default_rng(0).permutation(n) % k
 
 
+class Offtopic(NamedTuple):
+    """Off-topic pairs: `better` (the chosen answer) beats `worse` (another conversation's answer);
+    `pair` is the index of their conversation's HH pair among the pairs they are fitted with."""
+
+    better: np.ndarray
+    worse: np.ndarray
+    pair: np.ndarray
+
+
+def offtopic_pairs(data: dict, mismatched: dict | None, splits: tuple[str, ...]) -> Offtopic | None:
+    if mismatched is None:
+        return None
+    keep = (data["axis"] == "helpful") & np.isin(data["split"], splits)
+    where = {(s, int(r)): i for i, (s, r) in enumerate(zip(data["subset"][keep], data["row"][keep]))}
+    rows = [(j, where[(s, int(r))]) for j, (s, r) in enumerate(zip(mismatched["subset"], mismatched["row"]))
+            if (s, int(r)) in where]
+    if not rows:
+        return None
+    mine, theirs = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    return Offtopic(data["chosen"][keep][theirs], mismatched["features"][mine], theirs)
+
+
+def _fit(spec: HeadSpec, hidden: int, better, worse, items, labels, extra: Offtopic | None, use=None) -> LinearHead:
+    """A head on human pairs and, when given, the off-topic pairs whose conversation `use` keeps."""
+    if extra is None:
+        return fit_head(spec, hidden, better, worse, items, labels)
+    take = np.ones(len(extra.pair), dtype=bool) if use is None else use[extra.pair]
+    weights = np.concatenate([np.ones(len(better)), np.full(int(take.sum()), MISMATCH_WEIGHT)])
+    return fit_head(spec, hidden, np.concatenate([better, extra.better[take]]),
+                    np.concatenate([worse, extra.worse[take]]), items, labels, pair_weights=weights)
+
+
 def choose(better: np.ndarray, worse: np.ndarray, hidden: int, axis: str, items=None, labels=None, grid=GRID,
-           say=print) -> tuple[HeadSpec, list]:
+           extra: Offtopic | None = None, say=print) -> tuple[HeadSpec, list]:
     """The spec with the best cross-validated pair accuracy on the non-test pairs (ties: the
-    simpler, earlier in the grid). Labelled items, when given, are in every fold's fit."""
+    simpler, earlier in the grid). Labelled items, when given, are in every fold's fit; off-topic
+    pairs are in the folds of their conversation."""
     folds = _folds(len(better))
     scores = []
     for spec in grid:
         hits = np.zeros(len(better))
+        relevant = np.zeros(len(extra.pair)) if extra is not None else None
         for k in range(FOLDS):
             held = folds == k
-            head = fit_head(spec, hidden, better[~held], worse[~held], items, labels)
+            head = _fit(spec, hidden, better[~held], worse[~held], items, labels, extra, ~held)
             hits[held] = pair_accuracy(head, better[held], worse[held])
-        acc = float(hits.mean())
-        scores.append({"blocks": list(spec.blocks), "C": spec.C, "cv": round(acc, 4)})
-        say(f"  {axis} {'+'.join(spec.blocks):40s} C={spec.C:<7} cv {acc:.3f}")
+            if extra is not None:
+                out = held[extra.pair]
+                relevant[out] = pair_accuracy(head, extra.better[out], extra.worse[out])
+        row = {"blocks": list(spec.blocks), "C": spec.C, "cv": round(float(hits.mean()), 4)}
+        if relevant is not None:
+            row["cv_relevance"] = round(float(relevant.mean()), 4)
+        scores.append(row)
+        say(f"  {axis} {'+'.join(spec.blocks):40s} C={spec.C:<7} cv {row['cv']:.3f} "
+            f"relevance {row.get('cv_relevance', float('nan')):.3f}")
     best = max(range(len(grid)), key=lambda i: (scores[i]["cv"], -i))
     return grid[best], scores
 
 
-def train_helpful(data: dict, hidden: int, say=print) -> tuple[LinearHead, dict]:
+def train_helpful(data: dict, hidden: int, mismatched: dict | None = None, say=print) -> tuple[LinearHead, dict]:
     better, worse = _pairs(data, "helpful", FIT_SPLITS)
-    spec, grid = choose(better, worse, hidden, "helpful", say=say)
-    head = fit_head(spec, hidden, better, worse)
+    extra = offtopic_pairs(data, mismatched, FIT_SPLITS)
+    spec, grid = choose(better, worse, hidden, "helpful", extra=extra, say=say)
+    head = _fit(spec, hidden, better, worse, None, None, extra)
     test = pair_accuracy(head, *_pairs(data, "helpful", ("test",)))
-    return head, {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in grid), "fit_pairs": len(better),
-                  "test": _interval(test), "grid": grid}
-
-
-def _f1_threshold(probs: np.ndarray, labels: np.ndarray) -> float:
-    """The probability cut with the best F1 of the positive class (ties: the higher cut)."""
-    best, cut = -1.0, 0.5
-    for t in np.unique(np.round(probs, 3)):
-        pred = probs >= t
-        tp = float((pred & labels).sum())
-        f1 = 2 * tp / max(1.0, pred.sum() + labels.sum())
-        if f1 >= best:
-            best, cut = f1, float(t)
-    return cut
+    report = {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in grid), "fit_pairs": len(better),
+              "offtopic_pairs": 0 if extra is None else len(extra.pair), "test": _interval(test), "grid": grid}
+    held = offtopic_pairs(data, mismatched, ("test",))
+    if held is not None:
+        report["test_relevance"] = _interval(pair_accuracy(head, held.better, held.worse))
+    return head, report
 
 
 def fpr_threshold(probs: np.ndarray, labels: np.ndarray, max_fpr: float) -> float:
@@ -132,8 +172,13 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     items, labels, groups = safety["answers"][train], safety["answer_unsafe"][train].astype(bool), safety["request_key"][train]
     # Pairs say the chosen (less harmful) side scores lower on risk: "better" for the risk score is the rejected.
     pb, pw = _pairs(data, "harmless", FIT_SPLITS)
-    spec, scores = choose(pw, pb, hidden, "harmless", items, labels, say=say)
-    threshold = _f1_threshold(cv_probabilities(spec, hidden, pw, pb, items, labels, groups), labels)
+    # The two kinds of human judgement weigh the same in the fit, whatever their counts: the pairs
+    # teach which answer is less harmful, the labelled answers where "unsafe" begins.
+    grid = [replace(g, item_weight=len(pb) / max(1, len(items))) for g in GRID]
+    spec, scores = choose(pw, pb, hidden, "harmless", items, labels, grid=grid, say=say)
+    probs = cv_probabilities(spec, hidden, pw, pb, items, labels, groups)
+    harmless_request = ~safety["request_harmful"][train].astype(bool)
+    threshold = fpr_threshold(probs[harmless_request], labels[harmless_request], ANSWER_MAX_FPR)
     head = fit_head(spec, hidden, pw, pb, items, labels)
     ob, ow = _pairs(data, "harmless", ("test",))
     test = (head.score(ow) > head.score(ob)).astype(float)
@@ -187,10 +232,11 @@ def recipe_inputs() -> dict:
     """Everything the shipped weights depend on besides the data itself: change any of it and the
     weights are stale (the test compares `recipe_hash()` with the one in recipe.json)."""
     from evaluator.judges import data
+    from evaluator.judges.cache import MISMATCH_SAMPLE
     from evaluator.judges.safety import SAFETY_SET
 
     return {"version": VERSION, "grid": [asdict(g) for g in GRID], "folds": FOLDS, "fit_splits": FIT_SPLITS,
-            "request_max_fpr": REQUEST_MAX_FPR,
+            "request_max_fpr": REQUEST_MAX_FPR, "answer_max_fpr": ANSWER_MAX_FPR, "offtopic": {"weight": MISMATCH_WEIGHT, "sample": MISMATCH_SAMPLE},
             "features": asdict(FeatureConfig()),
             "shares": data.SHARES, "reserved_below": data.RESERVED_BELOW,
             "gate_rows": hashlib.sha256(json.dumps(sorted(data.gate_rows())).encode()).hexdigest()[:16],
@@ -213,6 +259,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--features", type=Path, required=True)
     ap.add_argument("--safety-features", type=Path, default=None)
+    ap.add_argument("--mismatched", type=Path, default=None, help="off-topic answers (cache --mismatched)")
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     args = ap.parse_args()
     with np.load(args.features, allow_pickle=False) as f:
@@ -221,7 +268,11 @@ def main() -> None:
     meta = {"version": VERSION, "encoder": str(data["encoder"]), "features": asdict(FeatureConfig())}
     recipe = {"version": VERSION, "recipe_hash": recipe_hash(), "encoder": meta["encoder"],
               "features_file": fingerprint(args.features)}
-    head, recipe["helpful"] = train_helpful(data, hidden)
+    mismatched = None
+    if args.mismatched is not None:
+        with np.load(args.mismatched, allow_pickle=False) as f:
+            mismatched = {k: f[k] for k in f.files}
+    head, recipe["helpful"] = train_helpful(data, hidden, mismatched)
     head.meta.update(meta, validated={"hh_helpful_test": recipe["helpful"]["test"]})
     head.save(args.out / "helpful")
     np.savez(args.out / "helpful_reference.npz", scores=reference_scores(head, data))
