@@ -39,7 +39,7 @@ from evaluator.judges.head import HeadSpec, LinearHead, fit_head, pair_accuracy
 from evaluator.judges.judge import WEIGHTS_DIR
 from evaluator.paired import bootstrap_mean
 
-VERSION = "1"
+VERSION = "2"
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
 C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
