@@ -58,7 +58,8 @@ def free_port() -> int:
 
 
 def nginx_binary() -> str | None:
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+    found = shutil.which("nginx") or "/usr/sbin/nginx"  # Debian's, outside a non-root user's PATH
+    return found if os.access(found, os.X_OK) else None
 
 
 # --------------------------------------------------------------------------- nginx
@@ -350,20 +351,33 @@ class Users:
 # --------------------------------------------------------------------------- command line
 
 
+def default_model() -> str:
+    """What `advisor serve-model` would serve with your settings (the topology has its own data
+    directory, so the model is resolved here, against yours)."""
+    from deploy.serving.vllm import server_config
+    from deploy.settings import load_settings
+
+    model = server_config(load_settings(), gpu=False).model
+    if not Path(model).exists():
+        raise SystemExit(f"no model at {model}: build it with `advisor model build`, or pass --model DIR")
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="", help="model directory vLLM serves (default: the settings' "
-                        "vllm.model, else the model `advisor model build` made in the data directory)")
+    parser.add_argument("--model", default="", help="model directory vLLM serves (default: your settings' "
+                        "vllm.model, else the model `advisor model build` made in your data directory)")
     parser.add_argument("--dsn", default="", help="PostgreSQL URL to use (default: start a throwaway server)")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--port", type=int, default=7860, help="where nginx listens (127.0.0.1)")
     parser.add_argument("--work", type=Path, default=REPO / "data" / "local-topology",
                         help="logs, nginx files and the shared data directory")
     args = parser.parse_args()
+    model = args.model or default_model()
     token = os.environ.get("ADVISOR_SERVER__ADMIN_TOKEN") or secrets.token_hex(16)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with up(args.work, model=args.model, dsn=args.dsn, replicas=args.replicas, port=args.port,
+    with up(args.work, model=model, dsn=args.dsn, replicas=args.replicas, port=args.port,
             admin_token=token) as topo:
         print(f"Advisor on {topo.url} (nginx) -> replicas {', '.join(r.url for r in topo.replicas)}; "
               f"vLLM {topo.vllm_url}; admin token {token}; logs in {args.work}. Ctrl-C stops everything.",
