@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the browser, PostgreSQL and vLLM tests need beyond .venv: Debian's Chromium (driven by the
 # playwright package; never `playwright install`), axe-core (npm) for the accessibility check,
-# Debian's PostgreSQL server binaries (the tests start their own server in a temporary directory:
+# Debian's PostgreSQL server binaries and nginx (the tests start their own server in a temporary directory:
 # tests/pg_server.py; the packaged cluster is not used) and the separate vLLM CPU environment
 # (.venv-vllm). Needs root for apt-get; without it those tests skip with a reason (and fail under
 # CI, where CI is set: tests/prereqs.py).
@@ -19,6 +19,9 @@ apt_install() {  # apt_install PACKAGE WHAT-SKIPS
 }
 [ -x /usr/bin/chromium ] || apt_install chromium "browser tests"
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql "PostgreSQL tests"
+# nginx for the local production topology (tests/test_topology.py: its own config and prefix, the
+# packaged service is not started).
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx "the topology test"
 # axe-core for the accessibility check in the browser tests (a plain npm package: no browser download).
 if [ ! -f .cache/npm/node_modules/axe-core/axe.min.js ]; then
   if command -v npm >/dev/null; then

@@ -7,7 +7,7 @@ Design choices:
 - Off CI a test whose prerequisite is missing skips, saying why: a laptop without Chromium or
   PostgreSQL still runs the rest. Under CI (the environment variable `CI` set, as CI runs
   `bash .ci/run`) the same test FAILS with the same reason: `make test` installs every
-  prerequisite named here (Chromium, axe-core, PostgreSQL, the vLLM environment, the pretrained
+  prerequisite named here (Chromium, axe-core, PostgreSQL, nginx, the vLLM environment, the pretrained
   model, vulture) and the shared HH-RLHF data sits next to the checkout, so a green CI proves
   these tests ran rather than skipped.
 - `requires` is a mark (`requires(condition, reason=...)`), applied through `require` by the
