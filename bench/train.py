@@ -149,6 +149,12 @@ def model_dir_for(choice: str, data_dir: Path) -> Path:
     return Path(choice)
 
 
+def report(info: dict, model_dir: Path, overrides: dict, args, results: list[dict]) -> dict:
+    machine_now = info | {"load_avg_1m_end": round(os.getloadavg()[0], 2)}
+    return {"machine": machine_now, "model": str(model_dir), "overrides": overrides, "rows": args.rows,
+            "steps": args.steps, "results": results}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, default=Path("data"), help="where the built-in model is cached")
@@ -179,11 +185,10 @@ def main() -> None:
                   f"{r['median_step_s']} s/step, {r['median_step_cpu_s']} CPU s/step, batch {r['batch']}, {r['steps']} steps) · "
                   f"peak RSS {r['peak_rss_mb']} MB" + (f" · peak CUDA {r['peak_cuda_mb']} MB" if r["peak_cuda_mb"] else ""),
                   flush=True)
-    info["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
-    report = {"machine": info, "model": str(model_dir), "overrides": overrides, "rows": args.rows,
-              "steps": args.steps, "results": results}
+            if args.out:  # what has finished so far, in case a long bench is stopped
+                args.out.write_text(json.dumps(report(info, model_dir, overrides, args, results), indent=1) + "\n")
     if args.json or args.out:
-        emit(report, args.out)
+        emit(report(info, model_dir, overrides, args, results), args.out)
 
 
 if __name__ == "__main__":

@@ -208,12 +208,15 @@ def test_speed_and_priority_options_are_checked_and_reach_trl(tmp_path):
 
     for method in ("kto", "dpo"):
         cfg = config_for(method, base_model="m")
-        assert cfg.precompute_ref_log_probs and (cfg.nice, cfg.torch_threads) == (19, 0)
+        assert cfg.precompute_ref_log_probs and not cfg.cpu_bf16 and (cfg.nice, cfg.torch_threads) == (19, 0)
         eff = effective_config(cfg, cuda=False, n_train=16)
         weights = {"desirable_weight": 1.0, "undesirable_weight": 1.0}
         assert trl_args(eff, tmp_path, 16, weights).precompute_ref_log_probs is True
         off = effective_config(config_for(method, base_model="m", precompute_ref_log_probs=False), cuda=False, n_train=16)
         assert trl_args(off, tmp_path, 16, weights).precompute_ref_log_probs is False
+        assert trl_args(eff, tmp_path, 16, weights).bf16 is False
+        bf16 = effective_config(config_for(method, base_model="m", cpu_bf16=True), cuda=False, n_train=16)
+        assert trl_args(bf16, tmp_path, 16, weights).bf16 is True  # autocast on the CPU
     assert not hasattr(config_for("sft"), "precompute_ref_log_probs")
     with pytest.raises(ConfigError, match="nice must be in 0..19"):
         config_for("kto", nice=20)

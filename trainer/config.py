@@ -21,6 +21,10 @@ CPU rule (applied only when `cpu_scaling` is on, the default), and why:
   it fell to 10 words, the longest from 81 to 21 (margin 4.4); 5e-4 did the same. 120 steps
   took about a minute on 16 cores.
 - no gradient checkpointing: it trades compute for memory, and on a CPU memory is not short.
+Speed on a CPU (fields below; measured on SmolLM2-135M, docs/results.md "Training speed on
+SmolLM2"): KTO and DPO score the set under the reference model once before training instead of
+in every step; torch uses one thread per CPU; the run lowers its own priority (and its
+session's) so the service keeps answering; bf16 autocast is an option, off by default.
 On CUDA, QLoRA: the base model is loaded in 4-bit NF4 (bitsandbytes, double quantisation, bf16
 compute) and prepared with `prepare_model_for_kbit_training`; the Table 9 values stand.
 """
@@ -77,6 +81,11 @@ class RunConfig:
     nice: int = 19
     # Intra-op threads of the training process; 0: one per CPU the process may run on.
     torch_threads: int = 0
+    # On a CPU, run the matrix products in bfloat16 under autocast (weights and optimizer stay
+    # float32). Off: on this project's 2-core EPYC (AVX512-BF16) a KTO forward + backward was not
+    # faster in bf16 (52 against 35-49 CPU s at batch 4, under load), and a sequence's
+    # log-probability moved by up to 0.5 nats. Try it on CPUs with AMX.
+    cpu_bf16: bool = False
     # How the base model was shown the attributes when it answered, so a training prompt reads as
     # that prompt did: "steerlm" (the SteerLM string as the chat template's `attributes` kwarg;
     # models trained with it) or "instruct" (plain instructions after the last user message, for a

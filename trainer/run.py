@@ -205,7 +205,7 @@ def trl_args(eff: Effective, run_dir: Path, n_train: int, class_weights: dict[st
         gradient_accumulation_steps=accum, lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=int(cfg.warmup_ratio * eff.total_steps), logging_steps=cfg.logging_steps,
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, eval_strategy="no",
-        report_to="none", seed=cfg.seed, use_cpu=not on_cuda, bf16=on_cuda, fp16=False,
+        report_to="none", seed=cfg.seed, use_cpu=not on_cuda, bf16=on_cuda or cfg.cpu_bf16, fp16=False,
         gradient_checkpointing=on_cuda, disable_tqdm=True, dataloader_num_workers=0, max_length=cfg.max_length,
     )
     if cfg.method == "sft":
