@@ -304,7 +304,8 @@ def train(run_dir: Path, stop: _Stop) -> int:
 
     eff = effective_config(config, cuda=torch.cuda.is_available(), n_train=len(train_rows))
     threads = set_threads(config.torch_threads)
-    update_metadata(run_dir, priority=priority, torch_threads=threads, method=config.method, base_model=config.base_model, start_adapter=config.start_adapter,
+    update_metadata(run_dir, priority=priority, torch_threads=threads)
+    update_metadata(run_dir, method=config.method, base_model=config.base_model, start_adapter=config.start_adapter,
                     data_hash=data_hash, n_train=len(train_rows), n_eval=len(eval_rows), device=eff.device,
                     quantized=eff.quantize, config=eff.config.to_dict(),
                     scaled={k: {"requested": a, "used": b} for k, (a, b) in eff.changes.items()},
