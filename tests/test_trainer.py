@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -200,3 +201,44 @@ def test_the_service_trains_with_its_own_steering_mode(store, tmp_path, steering
     run = start_training(store, settings, method="kto", safety_filter=AcceptEverythingFilter())
     assert run.status == "failed" and "no training examples" in run.error  # the config is recorded anyway
     assert store.get_training_run(run.id).config["steering"] == steering
+
+
+def test_speed_and_priority_options_are_checked_and_reach_trl(tmp_path):
+    from trainer.run import trl_args
+
+    for method in ("kto", "dpo"):
+        cfg = config_for(method, base_model="m")
+        assert cfg.precompute_ref_log_probs and not cfg.cpu_bf16 and (cfg.nice, cfg.torch_threads) == (19, 0)
+        eff = effective_config(cfg, cuda=False, n_train=16)
+        weights = {"desirable_weight": 1.0, "undesirable_weight": 1.0}
+        assert trl_args(eff, tmp_path, 16, weights).precompute_ref_log_probs is True
+        off = effective_config(config_for(method, base_model="m", precompute_ref_log_probs=False), cuda=False, n_train=16)
+        assert trl_args(off, tmp_path, 16, weights).precompute_ref_log_probs is False
+        assert trl_args(eff, tmp_path, 16, weights).bf16 is False
+        bf16 = effective_config(config_for(method, base_model="m", cpu_bf16=True), cuda=False, n_train=16)
+        assert trl_args(bf16, tmp_path, 16, weights).bf16 is True  # autocast on the CPU
+    assert not hasattr(config_for("sft"), "precompute_ref_log_probs")
+    with pytest.raises(ConfigError, match="nice must be in 0..19"):
+        config_for("kto", nice=20)
+    with pytest.raises(ConfigError, match="torch_threads must be"):
+        config_for("dpo", torch_threads=-1)
+
+
+LOWER = "import json, sys; from trainer.run import lower_priority; print(json.dumps(lower_priority(int(sys.argv[1]))))"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="kernel without scheduler autogroups")
+def test_a_run_lowers_its_niceness_and_its_own_sessions_autogroup():
+    """As `start_run` starts it (a session of its own), the run lowers its autogroup too: plain
+    niceness does not rank it below another session's processes. Started from a shell, it leaves
+    the shell's session alone."""
+    def lower(nice, new_session):
+        out = subprocess.run([sys.executable, "-c", LOWER, str(nice)], capture_output=True, text=True, timeout=60,
+                             start_new_session=new_session, check=True)
+        return json.loads(out.stdout)
+
+    leader = lower(19, True)
+    assert leader["nice"] == 19 and leader["autogroup"].endswith("nice 19")
+    child = lower(19, False)
+    assert child["nice"] == 19 and child["autogroup"] == "unchanged (not a session leader)"
+    assert lower(0, True) == {}

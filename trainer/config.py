@@ -21,6 +21,10 @@ CPU rule (applied only when `cpu_scaling` is on, the default), and why:
   it fell to 10 words, the longest from 81 to 21 (margin 4.4); 5e-4 did the same. 120 steps
   took about a minute on 16 cores.
 - no gradient checkpointing: it trades compute for memory, and on a CPU memory is not short.
+Speed on a CPU (fields below; measured on SmolLM2-135M, docs/results.md "Training speed on
+SmolLM2"): KTO and DPO score the set under the reference model once before training instead of
+in every step; torch uses one thread per CPU; the run lowers its own priority (and its
+session's) so the service keeps answering; bf16 autocast is an option, off by default.
 On CUDA, QLoRA: the base model is loaded in 4-bit NF4 (bitsandbytes, double quantisation, bf16
 compute) and prepared with `prepare_model_for_kbit_training`; the Table 9 values stand.
 """
@@ -69,6 +73,19 @@ class RunConfig:
     cpu_scaling: bool = True
     cpu_max_steps: int = 300
     cpu_min_learning_rate: float = 2e-4
+    # Sharing the machine: the service must answer while a run trains on the same cores.
+    # `nice` is the training process's niceness, set before torch starts its threads, and written
+    # to its scheduler autogroup too (the run has its own session, so the kernel's per-session
+    # autogroups would otherwise give it as much CPU as the whole service; plain nice only ranks
+    # it against its own threads). 0 leaves the priority alone.
+    nice: int = 19
+    # Intra-op threads of the training process; 0: one per CPU the process may run on.
+    torch_threads: int = 0
+    # On a CPU, run the matrix products in bfloat16 under autocast (weights and optimizer stay
+    # float32). Off: on this project's 2-core EPYC (AVX512-BF16) a KTO forward + backward was not
+    # faster in bf16 (52 against 35-49 CPU s at batch 4, under load), and a sequence's
+    # log-probability moved by up to 0.5 nats. Try it on CPUs with AMX.
+    cpu_bf16: bool = False
     # How the base model was shown the attributes when it answered, so a training prompt reads as
     # that prompt did: "steerlm" (the SteerLM string as the chat template's `attributes` kwarg;
     # models trained with it) or "instruct" (plain instructions after the last user message, for a
@@ -92,6 +109,10 @@ class RunConfig:
             self.steering = SteeringMode(self.steering)  # a run.json read back holds the plain name
         except ValueError:
             raise ConfigError(f"{self.method} config: steering must be steerlm or instruct, got {self.steering!r}") from None
+        if not 0 <= self.nice <= 19:
+            raise ConfigError(f"{self.method} config: nice must be in 0..19 (19 yields most), got {self.nice}")
+        if self.torch_threads < 0:
+            raise ConfigError(f"{self.method} config: torch_threads must be ≥ 0 (0: all CPUs), got {self.torch_threads}")
         if self.quantize not in ("auto", "4bit", "none"):
             raise ConfigError(f"{self.method} config: quantize must be auto, 4bit or none, got {self.quantize!r}")
 
@@ -112,18 +133,29 @@ class SFTRunConfig(RunConfig):
 
 
 @dataclass
-class KTORunConfig(RunConfig):
-    method: ClassVar[str] = "kto"
+class PreferenceRunConfig(RunConfig):
+    """What KTO and DPO share: β and the reference model's log-probabilities."""
+
     beta: float = 0.1
+    # Score every training row under the reference model once, before the first step (TRL's
+    # `precompute_ref_log_probs`), instead of the reference forwards inside every step. Same loss;
+    # the reference cost is paid once for the set instead of once per epoch, and a step holds only
+    # the policy's work. It costs more than it saves when a run stops (`max_steps`) well before one
+    # pass over a large set, and a resume pays it again.
+    precompute_ref_log_probs: bool = True
+
+
+@dataclass
+class KTORunConfig(PreferenceRunConfig):
+    method: ClassVar[str] = "kto"
     # None: from the training split's class balance (feedback.datasets.kto_class_weights).
     desirable_weight: float | None = None
     undesirable_weight: float | None = None
 
 
 @dataclass
-class DPORunConfig(RunConfig):
+class DPORunConfig(PreferenceRunConfig):
     method: ClassVar[str] = "dpo"
-    beta: float = 0.1
     loss_type: str = "sigmoid"
 
 
