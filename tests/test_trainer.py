@@ -175,7 +175,8 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
             a = store.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
                                   generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
             store.rate(a.id, "alice", value)
-    app, runner = build_cli(), CliRunner()
+    # The moderator alone filters here: the trained judge reads SmolLM2, which this data dir lacks.
+    app, runner = build_cli(), CliRunner(env={"ADVISOR_JUDGES__KIND": "fallback"})
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "dataset", "build", "--kind", "kto",
                               "--out", str(tmp_path / "ds"), "--eval-fraction", "0", "--json"])
     assert out.exit_code == 0, out.output
