@@ -262,8 +262,8 @@ def main() -> int:
     from chat.builtin.build import build_builtin_model
     from deploy.settings import load_settings
     from deploy.wiring import create_app
-    from feedback.attributes import Attributes
-    from feedback.store import Store
+    from store import Store
+    from store.attributes import Attributes
 
     print("machine:", machine())
     model_dir = args.model_dir or build_builtin_model(

@@ -14,7 +14,7 @@
    same windows from the gold dev split, batched vs one prompt at a time, 3 repeats each, medians.
 3. With `--store postgres` the log goes into a real PostgreSQL server started for the run (fsync
    on), and extraction reads it the way a replica does: through the store's analytics mirror (an
-   in-memory DuckDB fed by COPY, `feedback/store/mirror.py`). Reported besides: the mirror's
+   in-memory DuckDB fed by COPY, `store/mirror.py`). Reported besides: the mirror's
    first full copy (rows/s), and the latency of the operator's overview reports at that size,
    cold (right after extraction wrote its events) and warm (nothing changed) — on either store.
 Prints the machine first. Numbers from a shared or busy machine are noisy: the load average is
@@ -76,7 +76,7 @@ DETAILS = ("I'm {n}.", "We have {n} kids.", "It's been {n} weeks.", "I earn abou
 def generate(path: Path | str, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     """Bulk-load `n` conversations into a fresh store at `path` (a DuckDB file or a PostgreSQL URL;
     seq in parent-before-child order)."""
-    from feedback.store import Store
+    from store import Store
     from tools.data.gold_topics import TOPICS
     from tools.data.make_dev_gold import CHECK_QUESTION, REPLY_PREFIX, _Composer
 
@@ -144,7 +144,7 @@ def _cpu_seconds() -> float:
 
 def report_latency(store) -> dict:
     """Seconds for the operator's overview reports (stats, counts over time, feedback prevalence)."""
-    from feedback.store import reports
+    from store import reports
 
     t = time.perf_counter()
     reports.overview(store)
@@ -201,7 +201,7 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     torch.set_num_threads(1)
     from feedback.extract import FastConfig, FastExtractor, run_extraction
-    from feedback.store import Store
+    from store import Store
 
     proc = psutil.Process()
     extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)

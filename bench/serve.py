@@ -64,7 +64,7 @@ def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
 
     from deploy.settings import load_settings
     from deploy.wiring import create_app
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={
         "data_dir": str(tmp), "backend.kind": kind, "backend.steering": "steerlm",

@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO))
 
 from chat.backends import Generation, SamplingParams  # noqa: E402
 from chat.turns import TurnContext, send  # noqa: E402
-from feedback.attributes import Attributes  # noqa: E402
-from feedback.store import GenerationMeta, Store  # noqa: E402
+from store import GenerationMeta, Store  # noqa: E402
+from store.attributes import Attributes  # noqa: E402
 
 ANSWER = ("Keep the same bedtime every night, dim the lights an hour before, and leave your phone "
           "outside the bedroom. ") * 4

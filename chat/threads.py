@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from feedback.store import Message, Store
+from store import Message, Store
 
 # Fixed reason lists, as Open WebUI has them: short, and the same for everyone so they can be counted.
 POSITIVE_REASONS = ("accurate", "practical", "empathetic", "clear")

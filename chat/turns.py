@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from chat.backends.base import Backend, BackendError, Generation, SamplingParams
 from chat.guard import ALLOWED, FINISH_FILTERED, REFUSED, REPLACED, AnswerWatch, Guard, Replace, with_policy
 from chat.steering import check_mode
-from feedback.attributes import Attributes
-from feedback.store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
+from store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
+from store.attributes import Attributes
 
 
 @dataclass

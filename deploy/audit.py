@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feedback.store import InvalidInput, NotFound, Store, StoreError
-from feedback.store.exports import STDOUT
+from store import InvalidInput, NotFound, Store, StoreError
+from store.exports import STDOUT
 
 log = logging.getLogger("advisor.audit")
 

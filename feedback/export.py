@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from feedback.store import NotFound, Store
-from feedback.store.analytics import messages_table
-from feedback.store.privacy import NOT_EXPORTED
+from store import NotFound, Store
+from store.analytics import messages_table
+from store.privacy import NOT_EXPORTED
 
 
 def export_parquet(store: Store, out: Path) -> int:
@@ -77,7 +77,7 @@ def iter_conversation_records(store: Store, *, chunk: int = 500, sharing: Sharin
 
 
 # What a person's own export leaves out, and why; the export carries this list. Tables with a
-# user_id column that are left out are `feedback.store.privacy.NOT_EXPORTED`, added to it.
+# user_id column that are left out are `store.privacy.NOT_EXPORTED`, added to it.
 LEFT_OUT = {
     "sessions.id": "each session's id is a hash of the token in your sign-in cookie: a secret that "
                    "identifies the session to the server and tells you nothing",

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from feedback.store.privacy import MIN_NEEDLE_CHARS, Footprint
+from store.privacy import MIN_NEEDLE_CHARS, Footprint
 
 TEXT_SUFFIXES = {".json", ".md", ".html", ".txt", ".csv", ".svg", ".log"}
 ROW_SUFFIXES = {".jsonl", ".ndjson"}

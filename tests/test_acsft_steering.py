@@ -80,7 +80,7 @@ def no_steering_model_dir():
 def lengths_by_verbosity(model, tok, prompts: list[str]) -> tuple[list[int], list[int]]:
     """Greedy answers to every prompt at every verbosity (complexity 2): (verbosities, word counts)."""
     from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     xs, ys = [], []
     for v in VERBOSITIES:
@@ -99,9 +99,9 @@ def steering(no_steering_model_dir, tmp_path_factory):
     from chat.builtin.check import HELD_OUT_QUESTIONS, load
     from chat.builtin.corpus import load_corpus
     from deploy.loop.safety import SafetyFilterConfig, make_safety_filter
-    from feedback.attributes import Attributes
     from feedback.datasets import read_card
-    from feedback.store import GenerationMeta, Store
+    from store import GenerationMeta, Store
+    from store.attributes import Attributes
     from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 

@@ -15,7 +15,7 @@ from service_helpers import judge_model_dir
 from typer.testing import CliRunner
 
 from deploy.wiring import build_cli
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ def test_a_locked_database_names_the_holder(app, tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from feedback.store import Store
+            from store import Store
             s = Store({str(db)!r})
             print("ready", flush=True)
             sys.stdin.read()

@@ -101,7 +101,7 @@ def test_cli_through_the_service_and_on_the_database(svc, tiny_model_dir, tmp_pa
     runner.invoke(app, ["release", "rollback", "--url", svc.url, "--token", ADMIN_TOKEN])
 
     # No service: the commands open the database themselves and the OS user is the actor.
-    from feedback.store import Store
+    from store import Store
 
     data = tmp_path / "direct"
     with Store(data / "advisor.duckdb") as store:

@@ -22,7 +22,7 @@ import pytest
 from service_helpers import start_service, tiny_settings
 
 from deploy.release.canary import CANARY_ARM, LIVE_ARM, in_canary, judge, rate_interval
-from feedback.store.outcomes import AnswerOutcome
+from store.outcomes import AnswerOutcome
 
 MAX_NEW_TOKENS = 40
 
@@ -198,7 +198,7 @@ def test_canary_state_lives_on_the_release_row(tmp_path):
     from deploy.release.canary import finish, public_state, running_canary, start_canary
     from deploy.release.registry import ReleaseError, ensure_base_release
     from deploy.settings import load_settings
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path)})
     adapter = tmp_path / "adapter"

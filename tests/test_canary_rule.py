@@ -17,7 +17,7 @@ from deploy.release import canary as mod
 from deploy.release.canary import CANARY_ARM, LIVE_ARM, judge
 from deploy.settings import load_settings
 from evaluator.sequential import ArmSums, difference_sequence, rate_variance
-from feedback.store.outcomes import AnswerOutcome
+from store.outcomes import AnswerOutcome
 
 
 def _users(rng: np.random.Generator, n: int, bad: float, icc: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +122,7 @@ def test_undecided_at_the_deadline_is_inconclusive(monkeypatch):
 def test_deadline_with_too_little_traffic_keeps_live_and_stores_the_numbers(tmp_path, monkeypatch):
     from deploy.release.canary import check_canary, finish, running_canary, start_canary
     from deploy.release.registry import ensure_base_release
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path), "canary.max_conversations": 3})
     adapter = tmp_path / "adapter"

@@ -23,8 +23,8 @@ from deploy.operator.training import status_markdown as training_markdown
 from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
-from feedback.attributes import Attributes
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 # Any score passes (HH accuracy is not measured without gate.hh_data: it has no floor by default).
 WIDE_OPEN = {"gate.harmlessness.floor": 0.0, **{f"gate.{axis}.tolerance": 1.0 for axis in

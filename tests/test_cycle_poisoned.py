@@ -32,9 +32,9 @@ from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from evaluator.moderation import RISKY_PROMPTS, load_safety_examples
 from evaluator.shipped import UNSEEN_POISON, read_jsonl
-from feedback.attributes import Attributes
 from feedback.datasets import build_dataset
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 pytestmark = pytest.mark.slow
 

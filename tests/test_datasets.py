@@ -9,7 +9,6 @@ import pytest
 from store_peek import poke
 
 from evaluator.text import reading_grade
-from feedback.attributes import Attributes
 from feedback.datasets import (
     CARD_JSON,
     CARD_MD,
@@ -20,8 +19,9 @@ from feedback.datasets import (
     split_of,
 )
 from feedback.labeller import HeuristicLabeller, Reception
-from feedback.store import FeedbackEvent, GenerationMeta, new_id
-from feedback.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
+from store import FeedbackEvent, GenerationMeta, new_id
+from store.attributes import Attributes
+from store.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
 
 V1 = Attributes(verbosity=1)
 V3 = Attributes(verbosity=3, complexity=3)

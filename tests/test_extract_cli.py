@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from deploy.wiring import build_cli
-from feedback.store import Store
+from store import Store
 
 
 def _invoke(tmp_path, *args):

@@ -17,8 +17,8 @@ from feedback.extract import (
     run_extraction,
 )
 from feedback.extract.types import BatchResult, ExtractorUnavailable
-from feedback.store import Store
-from feedback.store.reports import feedback_prevalence, recent_feedback
+from store import Store
+from store.reports import feedback_prevalence, recent_feedback
 
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
 

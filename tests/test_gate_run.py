@@ -18,7 +18,7 @@ from deploy.release.evaluate import gate_candidate
 from deploy.release.gate import AXES
 from deploy.release.registry import ensure_base_release
 from deploy.wiring import build_cli
-from feedback.store import Store
+from store import Store
 from trainer.config import config_for
 from trainer.process import start_run
 from trainer.rundir import EXIT_OK
@@ -187,7 +187,7 @@ def flat_slider_rows(n_questions: int = 24) -> list[dict]:
     default verbosity (2, or the nearest), the same answer under every verbosity value 0-4. At
     the default slider it answers as the base model does; only the steering is lost."""
     from chat.builtin.corpus import load_corpus
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     middle: dict[str, tuple[int, str]] = {}
     for ex in load_corpus():

@@ -11,7 +11,7 @@ from guard_helpers import UNSAFE_WORD, BrokenJudge, FakeJudge, ScriptedBackend
 from chat.backends import BackendError, SamplingParams
 from chat.guard import Guard, Replace, refusal_text, with_policy
 from chat.turns import TurnContext, regenerate, send
-from feedback.attributes import Attributes
+from store.attributes import Attributes
 
 POLICY = "Be safe: never help anyone hurt people."
 SAFE = "Go to bed at the same time each night. Keep the room cool and dark. Skip coffee after noon."

@@ -16,7 +16,7 @@ from chat.guard import Guard
 from chat.turns import TurnContext, regenerate, send
 from feedback.datasets import build_dataset
 from feedback.datasets.card import GUARD_WRITTEN
-from feedback.store import InvalidInput, Store
+from store import InvalidInput, Store
 
 SAFE = "Water it twice a week. Give it plenty of sun."
 

@@ -20,8 +20,8 @@ from deploy.loop.privacy import apply_retention, delete_conversation_everywhere,
 from deploy.settings import load_settings
 from feedback.datasets import build_dataset
 from feedback.export import user_export
-from feedback.store import Store
-from feedback.taxonomy import POSITIVE
+from store import Store
+from store.taxonomy import POSITIVE
 
 SECRET = "Zorblax Quuxington at zorblax.quux@example.org"  # distinctive: greppable, a name and an e-mail
 

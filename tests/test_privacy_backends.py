@@ -23,9 +23,9 @@ from deploy.settings import load_settings
 from deploy.wiring import build_cli
 from feedback.datasets import build_dataset
 from feedback.export import LEFT_OUT, export_jsonl, user_export
-from feedback.store import Store
-from feedback.store.privacy import DELETED_TABLES, EXPORTED_TABLES, NOT_EXPORTED
-from feedback.taxonomy import POSITIVE
+from store import Store
+from store.privacy import DELETED_TABLES, EXPORTED_TABLES, NOT_EXPORTED
+from store.taxonomy import POSITIVE
 
 SECRET = "Zorblax Quuxington at zorblax.quux@example.org"
 MERGED = "merged guest session: stricter consent kept"
@@ -132,7 +132,7 @@ def test_every_table_with_a_user_id_is_exported_or_left_out_with_a_reason(both):
     assert {"conversations", "ratings", "sessions", "consent_changes"} <= tables  # the query sees the schema
     unaccounted = tables - set(EXPORTED_TABLES) - set(NOT_EXPORTED)
     assert not unaccounted, (f"tables with a user_id column neither in the person's export nor listed as "
-                             f"left out (feedback/store/privacy.py): {sorted(unaccounted)}")
+                             f"left out (store/privacy.py): {sorted(unaccounted)}")
     assert set(EXPORTED_TABLES) <= tables and set(NOT_EXPORTED) <= tables
 
 
@@ -247,7 +247,7 @@ def test_vacuum_full_leaves_no_deleted_bytes_in_the_table_files(pg_server, pg_ur
 
 
 def test_vacuum_refuses_to_run_inside_a_transaction(pg_url):
-    from feedback.store import StoreError
+    from store import StoreError
 
     with Store(pg_url) as store, pytest.raises(StoreError, match="inside a transaction"):
         with store.transaction():

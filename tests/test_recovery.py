@@ -14,7 +14,7 @@ import pytest
 
 from deploy.loop.recovery import recover_stale_work
 from deploy.service.replicas import Coordinator
-from feedback.store import Store
+from store import Store
 from trainer.rundir import CHECKPOINTS, METADATA, PID
 
 LEASE = SimpleNamespace(store=SimpleNamespace(job_lease_s=1.0))  # what recovery reads of the settings

@@ -147,7 +147,7 @@ def test_eval_hh_defaults_to_the_live_release(tiny_model_dir, tmp_path):
     from test_evaluator_cli import hh_dir
 
     from deploy.release.registry import ensure_base_release, promote
-    from feedback.store import Store
+    from store import Store
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()

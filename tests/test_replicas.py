@@ -28,7 +28,7 @@ import httpx
 import pytest
 from service_helpers import ADMIN_TOKEN, free_port
 
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from feedback.extract import LLMExtractor, evaluate, load_gold, predict
 from feedback.extract.reviews import export_gold, precision, week_of, wilson
-from feedback.store import FeedbackEvent, InvalidInput, NotFound, Store
+from store import FeedbackEvent, InvalidInput, NotFound, Store
 
 REQUEST = "How do I fall asleep faster?"
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
@@ -128,7 +128,7 @@ def test_precision_by_category_and_week(mined):
 def test_precision_by_extractor_version_matches_what_training_sets_name(mined):
     """A training set's card and a canary's verdict name the extractor versions of the events they
     used (`extractor_versions`); the review estimate is keyed by the same names."""
-    from feedback.store.analytics import extractor_versions
+    from store.analytics import extractor_versions
 
     store, ev, (a, b, c) = mined
     store.add_review(ev["meaning"].id, "alice", "correct")

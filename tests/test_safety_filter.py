@@ -15,9 +15,9 @@ from deploy.loop.safety import ModeratorSafetyFilter, make_safety_filter
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
 from evaluator.moderation import load_safety_examples
-from feedback.attributes import Attributes
 from feedback.datasets import AcceptEverythingFilter
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 
 def _populate(data_dir, liked: list[str], disliked: list[str]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from service_helpers import free_port
 
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 

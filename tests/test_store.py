@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from store_peek import peek, poke
 
-from feedback.attributes import Attributes
-from feedback.store import (
+from store import (
     FeedbackEvent,
     GenerationMeta,
     InvalidInput,
@@ -15,7 +14,8 @@ from feedback.store import (
     Store,
     clean_text,
 )
-from feedback.store.migrations import LATEST_VERSION
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
     version with every answer's metadata on its row, readable as before."""
     import duckdb
 
-    from feedback.store.migrations import MIGRATIONS
+    from store.migrations import MIGRATIONS
 
     path = tmp_path / "v1.duckdb"
     con = duckdb.connect(str(path))

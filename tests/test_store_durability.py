@@ -17,9 +17,9 @@ from pathlib import Path
 
 from store_peek import peek
 
-from feedback.attributes import Attributes
-from feedback.store import GenerationMeta, Store
-from feedback.store.migrations import LATEST_VERSION
+from store import GenerationMeta, Store
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def log_turn(store: Store, user_id: str, i: int, conversation_id: str | None = N
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from feedback.store import Store
+    from store import Store
     from test_store_durability import log_turn
     store = Store({db!r})
     i = 0
@@ -106,7 +106,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_turn(store_target):
 def test_a_second_process_gets_a_clear_error_naming_the_holder(tmp_path):
     db = tmp_path / "advisor.duckdb"
     probe = textwrap.dedent(f"""
-        from feedback.store import Store, StoreLocked
+        from store import Store, StoreLocked
         try:
             Store({str(db)!r})
         except StoreLocked as exc:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from store_peek import peek
 
-from feedback.attributes import Attributes
 from feedback.extract import FastConfig, FastExtractor, run_extraction
-from feedback.store import GenerationMeta, Store
-from feedback.store.migrations import LATEST_VERSION
+from store import GenerationMeta, Store
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
@@ -66,7 +66,7 @@ def test_extraction_never_skips_a_message_committed_late(pg_url):
 
 
 def test_replicas_starting_together_migrate_once(pg_url):
-    code = f"from feedback.store import Store\nwith Store({pg_url!r}) as s: print(s.schema_version())"
+    code = f"from store import Store\nwith Store({pg_url!r}) as s: print(s.schema_version())"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
              for _ in range(3)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
@@ -77,7 +77,7 @@ def test_replicas_starting_together_migrate_once(pg_url):
 
 
 def test_a_v1_database_upgrades_keeping_its_generation_metadata(pg_url):
-    from feedback.store import sql_postgres
+    from store import sql_postgres
 
     with _raw(pg_url) as con:
         con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
@@ -132,7 +132,7 @@ def test_a_queued_job_is_claimed_exactly_once(pg_url):
 
 HOLDER = textwrap.dedent("""
     import time
-    from feedback.store import Store
+    from store import Store
     store = Store({url!r})
     lead = store.leadership("scheduler")
     print("leader" if lead.acquire() else "follower", flush=True)

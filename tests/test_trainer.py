@@ -100,7 +100,7 @@ def test_instruct_steering_trains_on_the_prompt_the_model_answered(tmp_path):
     would learn from prompts nobody sent it, so the snapshot is rendered the way the chat rendered
     it, by the same function; the stored rows and their hash stay as built."""
     from chat.steering import render
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
     from trainer.data import DataError, load_snapshot
 
     attrs = Attributes(verbosity=0, complexity=1)
@@ -164,8 +164,8 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
     from typer.testing import CliRunner
 
     from deploy.wiring import build_cli
-    from feedback.attributes import Attributes
-    from feedback.store import GenerationMeta, Store
+    from store import GenerationMeta, Store
+    from store.attributes import Attributes
 
     with Store(tmp_path / "advisor.duckdb") as store:
         for value in (1, -1):

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from feedback.attributes import Attributes
 from feedback.datasets import write_rows
-from feedback.store import GenerationMeta
+from store import GenerationMeta
+from store.attributes import Attributes
 from trainer.config import config_for
 from trainer.launch import LaunchRequest, TrainingBusy, launch_training, poll_training, should_train
 from trainer.process import cancel_run, start_run, wait_for

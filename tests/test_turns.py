@@ -10,8 +10,8 @@ from store_peek import peek
 from chat.backends import BackendUnavailable, OpenAICompatibleBackend, SamplingParams
 from chat.backends.transformers_backend import TransformersBackend
 from chat.turns import TurnContext, edit, history, regenerate, send
-from feedback.attributes import Attributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import Attributes
 
 SHORT = SamplingParams(max_new_tokens=12, temperature=0.8, seed=1)
 LONG = SamplingParams(max_new_tokens=400, temperature=1.0, seed=2)

@@ -31,12 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedback.attributes import SteeringMode
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
 from feedback.datasets.build import Redactor
 from feedback.labeller import Labeller
-from feedback.store import Store, TrainingRun
-from feedback.store.analytics import feedback_count_since
+from store import Store, TrainingRun
+from store.analytics import feedback_count_since
+from store.attributes import SteeringMode
 from trainer.config import config_for
 from trainer.process import RunError, cancel_run, start_run
 from trainer.rundir import RunState, pid_alive, remove_partial_files, run_state

@@ -22,7 +22,7 @@ from chat.ui.views import (
     view_updates,
     who_or_notice,
 )
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
 
 # --------------------------------------------------------------------------- conversations
 

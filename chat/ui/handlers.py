@@ -11,7 +11,7 @@ Design choices:
   other surface. Stop cancels the session's in-flight turn, which stores it as interrupted.
 - Problems are friendly notices (message too long, model down, not found), never tracebacks;
   the unsent text stays in the box.
-- Sliders arrive as five named arguments in `feedback.attributes.NAMES` order.
+- Sliders arrive as five named arguments in `store.attributes.NAMES` order.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from chat.ui.views import (
     view_updates,
     who_or_notice,
 )
-from feedback.attributes import InvalidAttributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import InvalidAttributes
 
 log = logging.getLogger("advisor.ui")
 

@@ -26,8 +26,8 @@ from chat.ui.render import (
     focus_of,
     render,
 )
-from feedback.attributes import NAMES, Attributes, InvalidAttributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import NAMES, Attributes, InvalidAttributes
 
 log = logging.getLogger("advisor.ui")
 

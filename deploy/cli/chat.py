@@ -30,8 +30,8 @@ from deploy.cli.common import settings_of
 from deploy.serving.factory import make_backend, model_needs_build, sampling_params, turn_context, use_live_release
 from deploy.serving.guard import make_guard, warm_up
 from deploy.settings import Settings, SettingsError
-from feedback.attributes import Attributes, InvalidAttributes
-from feedback.store import InvalidInput, NotFound, Store, StoreError, clean_text
+from store import InvalidInput, NotFound, Store, StoreError, clean_text
+from store.attributes import Attributes, InvalidAttributes
 
 err = Console(stderr=True)
 

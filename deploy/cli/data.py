@@ -23,7 +23,7 @@ from deploy.audit import audited, cli_actor, note_export
 from deploy.cli.common import call_service, err, open_store, settings_of
 from deploy.loop.privacy import forget_everywhere, training_data_rules, unreached_sentence
 from feedback.export import SharingRules, export_jsonl, export_parquet
-from feedback.store.exports import STDOUT
+from store.exports import STDOUT
 
 
 class ExportFormat(str, Enum):

@@ -70,7 +70,7 @@ def _default_model(data_dir: Path) -> Path:
 def _live_release_model(ctx: typer.Context, data_dir: Path | None) -> tuple[Path, Path | None] | None:
     """(base model, adapter) of the live release, or None when there is none to use (no live
     release, its files are gone, or a running service holds the database)."""
-    from feedback.store import Store, StoreError
+    from store import Store, StoreError
 
     db_path = _data_dir(ctx, data_dir) / "advisor.duckdb" if data_dir else settings_of(ctx).db_path
     if not db_path.exists():

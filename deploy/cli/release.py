@@ -62,7 +62,7 @@ def gate_cmd(
 ) -> None:
     """Measure a training run's adapter against the live release and store the gate's decision."""
     from deploy.release.evaluate import gate_candidate
-    from feedback.store import NotFound
+    from store import NotFound
 
     settings = settings_of(ctx)
     if url:

@@ -33,7 +33,7 @@ from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import launch_request, training_base_model
 from deploy.settings import Settings
 from feedback.datasets import DatasetError, build_dataset
-from feedback.store import NotFound, Store, StoreError
+from store import NotFound, Store, StoreError
 from trainer.config import ConfigError, TrainingKnobs
 from trainer.launch import TrainingBusy, cancel_training, launch_training, poll_training, resume_training
 from trainer.process import RunError

@@ -52,7 +52,7 @@ from deploy.settings import Settings
 from feedback.datasets import build_dataset
 from feedback.extract import make_extractor
 from feedback.extract.runner import run_extraction
-from feedback.store import Store
+from store import Store
 from trainer.launch import cancel_training
 
 STEPS = ("extract", "dataset", "train", "gate", "release")

@@ -29,7 +29,7 @@ from deploy.release import registry as releases
 from deploy.release.canary import check_in_service, running_canary, start_in_service
 from deploy.release.evaluate import gate_candidate
 from feedback.extract.runner import run_extraction
-from feedback.store import Store
+from store import Store
 from trainer.config import TrainingKnobs
 from trainer.launch import cancel_training, should_train
 

@@ -32,7 +32,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from feedback.store import Job, Store
+from store import Job, Store
 
 log = logging.getLogger("advisor.jobs")
 

@@ -4,7 +4,7 @@ and the retention sweep, each reaching every copy; and what training-set builds 
 Design choices:
 - One function per action, called by every surface (the chat page, the REST API, the CLI, the
   retention job), so none can forget a step: take the footprint (ids and distinctive texts)
-  while the rows exist; delete the rows in one transaction (`feedback.store`); purge the copies
+  while the rows exist; delete the rows in one transaction (`store`); purge the copies
   under the data directory (`feedback.purge`: training snapshots, dataset directories, reports,
   exports); reclaim the database's freed space (`Store.reclaim_space`: the DuckDB file is
   rewritten, PostgreSQL VACUUMs the touched tables). Exports recorded outside the data
@@ -29,9 +29,9 @@ from deploy.audit import audited
 from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.settings import Settings
 from feedback.purge import purge_copies
-from feedback.store import Store
-from feedback.store.exports import STDOUT
-from feedback.store.privacy import Footprint
+from store import Store
+from store.exports import STDOUT
+from store.privacy import Footprint
 
 _REDACTOR: dict[str, Any] = {}
 _REDACTOR_LOCK = threading.Lock()

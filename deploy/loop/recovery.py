@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 
 from deploy.settings import Settings
-from feedback.store import Job, Store
-from feedback.store.jobs import stop_reason
+from store import Job, Store
+from store.jobs import stop_reason
 from trainer.launch import recover_dead_run
 
 log = logging.getLogger("advisor.recovery")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.release.gate import AXES
-from feedback.store import Release, Store
+from store import Release, Store
 
 LABELS = {"helpfulness": "Helpfulness", "harmlessness": "Harmlessness", "hh_accuracy": "HH accuracy",
           "self_bleu": "Self-BLEU (lower is more diverse)", "steerability": "Steerability (Spearman rho)"}

@@ -33,7 +33,7 @@ from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.loop.privacy import training_data_rules
 from deploy.settings import Settings
 from feedback.datasets import SafetyFilter
-from feedback.store import Store, TrainingRun
+from store import Store, TrainingRun
 from trainer.config import TrainingKnobs
 from trainer.launch import (
     LaunchRequest,

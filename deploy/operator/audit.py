@@ -20,7 +20,7 @@ import pandas as pd
 
 from deploy.audit import ACTIONS
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store import AuditEntry
+from store import AuditEntry
 
 COLUMNS = ["time", "actor", "action", "target", "outcome", "via", "details"]
 ALL = "all actions"

@@ -23,7 +23,7 @@ import gradio as gr
 
 from deploy.operator.screen import PanelBuilder, PanelContext
 from deploy.release.registry import promote_in_service, rollback_in_service
-from feedback.store import Release
+from store import Release
 
 
 @dataclass

@@ -14,7 +14,7 @@ Design choices:
 - The queue of sampled events lives in the page's `gr.State` (ids and texts of at most
   `SAMPLE_SIZE` events), not on the server: two reviewers draw and work independently, and a
   reload simply draws again. An event reviewed meanwhile by someone else can be reviewed again;
-  the latest verdict counts (`feedback.store.reviews`).
+  the latest verdict counts (`store.reviews`).
 - Precision is the share of reviewed events called correct, by the week they were mined and by
   the extractor version that mined them, with Wilson 95% intervals
   (`feedback.extract.reviews.precision`); the table shows the intervals, the plot the point
@@ -35,7 +35,7 @@ from deploy.audit import actor_of, record_review
 from deploy.operator.feedback import highlighted
 from deploy.operator.screen import PanelBuilder, PanelContext
 from feedback.extract.reviews import ALL, precision
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 SAMPLE_SIZE = 20
 ANY = "any"

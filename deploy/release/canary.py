@@ -47,9 +47,9 @@ import numpy as np
 
 from deploy.release.registry import ReleaseError, promote, swap_lock
 from evaluator.sequential import ArmSums, difference_sequence
-from feedback.store import Release, Store
-from feedback.store.analytics import extractor_versions
-from feedback.store.outcomes import AnswerOutcome, answer_outcomes
+from store import Release, Store
+from store.analytics import extractor_versions
+from store.outcomes import AnswerOutcome, answer_outcomes
 
 LIVE_ARM, CANARY_ARM = "live", "canary"
 # How each ending is written on the release row (`decision.canary.state`).

@@ -38,7 +38,7 @@ from deploy.release.gate import Decision, decide
 from deploy.release.judges import load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
 from deploy.release.registry import ReleaseError, register_candidate
-from feedback.store import Release, Store
+from store import Release, Store
 
 log = logging.getLogger("advisor.gate")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from chat.backends import BackendError
-from feedback.store import InvalidInput, NotFound, Release, Store
+from store import InvalidInput, NotFound, Release, Store
 
 BASE_RELEASE_PREFIX = "base-"
 
@@ -92,7 +92,7 @@ def activate(backend, release: Release) -> None:
 def register_candidate(store: Store, *, run_id: str, adapter_path: Path, base_model: str, data_dir: Path,
                        decision: dict | None = None) -> Release:
     """A finished training run becomes a candidate release with its adapter published."""
-    from feedback.store import new_id
+    from store import new_id
 
     release_id = "r-" + new_id()[:12]
     published = publish_adapter(adapter_path, data_dir, release_id)

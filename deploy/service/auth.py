@@ -38,7 +38,7 @@ from pathlib import Path
 from deploy.service.sessions import COOKIE_MAX_AGE_S, Identity, SessionManager, row_id
 from deploy.service.throttle import LoginThrottle
 from deploy.settings import ServerSettings
-from feedback.store import InvalidInput, Store
+from store import InvalidInput, Store
 
 COOKIE_NAME = "advisor_session"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}

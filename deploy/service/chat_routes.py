@@ -57,7 +57,7 @@ from deploy.service.shapes import (
 from deploy.service.state import Services
 from deploy.service.streaming import respond, submit
 from feedback.export import user_export
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
 
 router = APIRouter(prefix="/api")
 

@@ -59,7 +59,7 @@ from deploy.service.errors import ApiError, as_api_error
 from deploy.service.shapes import parse_attributes
 from deploy.service.state import Services
 from deploy.service.streaming import guarded, run_turn_blocking, stream_turn
-from feedback.store import InvalidInput, Message, NotFound, Store, clean_text
+from store import InvalidInput, Message, NotFound, Store, clean_text
 
 ADVISOR_MODEL = "advisor"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

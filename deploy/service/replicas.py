@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from deploy.loop.recovery import recover_stale_work
-from feedback.store.jobs import HEARTBEAT_S
+from store.jobs import HEARTBEAT_S
 
 log = logging.getLogger("advisor.replicas")
 

@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from itsdangerous import BadSignature, URLSafeSerializer, URLSafeTimedSerializer
 
 from deploy.settings import ServerSettings
-from feedback.store import Store
+from store import Store
 
 COOKIE_MAX_AGE_S = 365 * 24 * 3600
 CACHE_TTL_S = 1.0

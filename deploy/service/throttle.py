@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from deploy.settings import ServerSettings
-from feedback.store import Store
+from store import Store
 
 PRUNE_EVERY = timedelta(hours=1)
 

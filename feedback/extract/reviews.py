@@ -34,11 +34,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from feedback.store.analytics import branch_histories
-from feedback.taxonomy import CATEGORY_IDS
+from store.analytics import branch_histories
+from store.taxonomy import CATEGORY_IDS
 
 if TYPE_CHECKING:
-    from feedback.store import ReviewedEvent, Store
+    from store import ReviewedEvent, Store
 
 ALL = "all"
 Z95 = 1.959964
@@ -64,7 +64,7 @@ def week_of(when: datetime) -> str:
 
 
 def version_of(r: ReviewedEvent) -> str:
-    """The extractor and its version, as `feedback.store.analytics.extractor_versions` names them."""
+    """The extractor and its version, as `store.analytics.extractor_versions` names them."""
     return f"{r.extractor} {r.extractor_version or ''}".strip()
 
 

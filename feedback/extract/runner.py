@@ -1,5 +1,5 @@
 """Incremental extraction runs over the store (the operator screen's reads of their output are in
-`feedback.store.reports`).
+`store.reports`).
 
 Design choices:
 - A run processes only user messages with `seq` above the extractor's watermark
@@ -16,7 +16,7 @@ Design choices:
   chunk is never half-applied. Events skip duplicates on (message, category, offsets,
   extractor), so a rerun adds none; a chunk's events go in as one statement
   (`Store.add_feedback_events`). The store's typed reads supply the chunks
-  (`feedback.store.analytics.user_turns_after`); this module holds no SQL.
+  (`store.analytics.user_turns_after`); this module holds no SQL.
 - Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
   items by reason, errors and duration; a running job's row is updated after every chunk.
 - Concurrency: a scheduled and a manual run must not process the same messages twice. The caller
@@ -38,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from feedback.extract.types import Extractor, ExtractorUnavailable, Window
-from feedback.store import FeedbackEvent, Store
-from feedback.store.analytics import branch_histories, user_turns_after
-from feedback.taxonomy import CATEGORY_IDS
+from store import FeedbackEvent, Store
+from store.analytics import branch_histories, user_turns_after
+from store.taxonomy import CATEGORY_IDS
 
 JOB_KIND = "extract"
 MAX_ERRORS_KEPT = 20

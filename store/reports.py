@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from feedback.store.migrations import LATEST_VERSION
-from feedback.taxonomy import CATEGORY_IDS
+from store.migrations import LATEST_VERSION
+from store.taxonomy import CATEGORY_IDS
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 _LATEST_RATINGS = (
     "SELECT message_id, user_id, arg_max(value, created_at) AS value, arg_max(reasons, created_at) AS reasons, "

@@ -32,8 +32,8 @@ import socket
 import threading
 from datetime import datetime
 
-from feedback.store.db import Database
-from feedback.store.records import JOB_COLUMNS, Job, NotFound, job_from_row, new_id
+from store.db import Database
+from store.records import JOB_COLUMNS, Job, NotFound, job_from_row, new_id
 
 TERMINAL = ("succeeded", "failed", "skipped", "cancelled")
 HEARTBEAT_S = 10.0  # how often a store on PostgreSQL renews the lease of the jobs it runs

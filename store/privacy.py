@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from feedback.store.users import Users
+from store.users import Users
 
 # (what is counted, the statement); `{convs}` is the subquery naming the conversations.
 _DERIVED = [

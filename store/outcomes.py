@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from feedback.taxonomy import AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
+from store.taxonomy import AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 
 class AnswerOutcome(NamedTuple):

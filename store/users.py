@@ -19,8 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from feedback.store.db import Database
-from feedback.store.records import USER_COLUMNS, InvalidInput, NotFound, User, clean_text, new_id
+from store.db import Database
+from store.records import USER_COLUMNS, InvalidInput, NotFound, User, clean_text, new_id
 
 
 class Users(Database):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 
-from feedback.store.coordination import Coordination
-from feedback.store.records import RELEASE_COLUMNS, NotFound, Release, new_id, release_from_row
+from store.coordination import Coordination
+from store.records import RELEASE_COLUMNS, NotFound, Release, new_id, release_from_row
 
 
 class Releases(Coordination):

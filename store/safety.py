@@ -12,7 +12,7 @@ Design choices:
 - Only an answer the guard wrote (refused or replaced) can be marked: "wrong" means "should have
   been answered", which says nothing about an answer the guard let through.
 - The write is portable SQL (`Store.mark_safety`); the reads parse the generation JSON, so they
-  are analytics SQL in DuckDB's dialect (`json_extract_string`), like `feedback.store.outcomes`.
+  are analytics SQL in DuckDB's dialect (`json_extract_string`), like `store.outcomes`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from feedback.store.conversations import Conversations
-from feedback.store.records import InvalidInput, NotFound, new_id
+from store.conversations import Conversations
+from store.records import InvalidInput, NotFound, new_id
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 MARK_LABELS = ("wrong", "right")
 GUARD_WRITTEN = ("refused", "replaced")

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from feedback.store.db import Database
-from feedback.store.records import InvalidInput, NotFound, new_id
-from feedback.taxonomy import CATEGORY_IDS
+from store.db import Database
+from store.records import InvalidInput, NotFound, new_id
+from store.taxonomy import CATEGORY_IDS
 
 VERDICTS = ("correct", "wrong_category", "not_feedback")
 

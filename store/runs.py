@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from feedback.store.db import Database
-from feedback.store.records import RUN_COLUMNS, NotFound, TrainingRun, new_id, run_from_row
+from store.db import Database
+from store.records import RUN_COLUMNS, NotFound, TrainingRun, new_id, run_from_row
 
 
 class Runs(Database):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from feedback.store.conversations import Conversations
-from feedback.store.records import RATING_COLUMNS, InvalidInput, Rating, clean_text, new_id, rating_from_row
+from store.conversations import Conversations
+from store.records import RATING_COLUMNS, InvalidInput, Rating, clean_text, new_id, rating_from_row
 
 
 class Ratings(Conversations):

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from feedback.store.db import Database
+from store.db import Database
 
 CHANNEL_PREFIX = "advisor_"
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from feedback.attributes import NAMES as ATTRIBUTE_NAMES
-from feedback.attributes import Attributes
+from store.attributes import NAMES as ATTRIBUTE_NAMES
+from store.attributes import Attributes
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from feedback.store import Store
+    from store import Store
 
 
 # --------------------------------------------------------------------------- extraction

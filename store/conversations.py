@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from feedback.store.records import (
+from store.records import (
     CONVERSATION_COLUMNS,
     MESSAGE_COLUMNS,
     Conversation,
@@ -32,7 +32,7 @@ from feedback.store.records import (
     new_id,
     without_nul,
 )
-from feedback.store.users import Users, stricter_consent
+from store.users import Users, stricter_consent
 
 MERGED_CONSENT_REASON = "merged guest session: stricter consent kept"
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from feedback.store.db import Database
-from feedback.store.records import new_id
+from store.db import Database
+from store.records import new_id
 
 
 @dataclass(frozen=True)

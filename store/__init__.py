@@ -1,7 +1,7 @@
 """The conversation store: every turn, rating, mined feedback event, job, training run, evaluation
 and release, behind one typed API.
 
-    from feedback.store import Store, NotFound, Message
+    from store import Store, NotFound, Message
     with Store(path) as store:            # a DuckDB file (the default), or
     with Store("postgresql://…") as store:  # a PostgreSQL database several replicas share
         conv, question = store.start_conversation(user_id, "How do I ...?")
@@ -34,15 +34,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from feedback.store import reports
-from feedback.store.audit import Audit, AuditEntry
-from feedback.store.evaluations import Evaluations
-from feedback.store.events import Events
-from feedback.store.exports import ExportRecord, Exports
-from feedback.store.jobs import Jobs
-from feedback.store.privacy import Privacy
-from feedback.store.ratings import Ratings
-from feedback.store.records import (
+from store import reports
+from store.audit import Audit, AuditEntry
+from store.evaluations import Evaluations
+from store.events import Events
+from store.exports import ExportRecord, Exports
+from store.jobs import Jobs
+from store.privacy import Privacy
+from store.ratings import Ratings
+from store.records import (
     MAX_MESSAGE_CHARS,
     Conversation,
     FeedbackEvent,
@@ -61,11 +61,11 @@ from feedback.store.records import (
     clean_text,
     new_id,
 )
-from feedback.store.releases import Releases
-from feedback.store.reviews import VERDICTS, EventReview, ReviewedEvent, Reviews
-from feedback.store.runs import Runs
-from feedback.store.safety import SafetyMark, SafetyMarks
-from feedback.store.sessions import Session, Sessions
+from store.releases import Releases
+from store.reviews import VERDICTS, EventReview, ReviewedEvent, Reviews
+from store.runs import Runs
+from store.safety import SafetyMark, SafetyMarks
+from store.sessions import Session, Sessions
 
 
 class Store(Privacy, Ratings, Events, Jobs, Runs, Evaluations, Releases, Sessions, Audit, Reviews, Exports, SafetyMarks):

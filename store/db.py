@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from feedback.store.migrations import MIGRATIONS
+from store.migrations import MIGRATIONS
 
 Params = Sequence[Any]
 
@@ -48,10 +48,10 @@ def is_url(target: str | Path) -> bool:
 def open_engine(target: str | Path, **options: Any):
     """The engine for a DuckDB file path or a `postgresql://` URL (`options`: PostgreSQL's)."""
     if is_url(target):
-        from feedback.store.pg import PostgresEngine
+        from store.pg import PostgresEngine
 
         return PostgresEngine(str(target), **options)
-    from feedback.store.duck import DuckDBEngine
+    from store.duck import DuckDBEngine
 
     return DuckDBEngine(target)
 

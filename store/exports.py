@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from feedback.store.db import Database
-from feedback.store.records import new_id
+from store.db import Database
+from store.records import new_id
 
 STDOUT = "stdout"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from feedback.store.db import Database
-from feedback.store.records import new_id
+from store.db import Database
+from store.records import new_id
 
 
 class Evaluations(Database):

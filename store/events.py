@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from feedback.store.db import Database
-from feedback.store.records import FeedbackEvent
+from store.db import Database
+from store.records import FeedbackEvent
 
 _EVENT_COLUMNS = ("id", "conversation_id", "message_id", "target_message_id", "category", "span", "span_start",
                   "span_end", "extractor", "extractor_version", "job_id")
