@@ -298,7 +298,7 @@ def main() -> int:
             # Every turn must be in the store: a question and a complete answer with its metadata.
             expected = args.users * args.turns
             n_conv = store.stats()["rows"]["conversations"]
-            n_user, n_ans, n_bad = (store._analytics(sql)[0][0] for sql in _STORED_COUNTS)
+            n_user, n_ans, n_bad = (store._db.analytics(sql)[0][0] for sql in _STORED_COUNTS)
             print(f"  stored: {n_conv} conversations (expected {args.users}), {n_user} questions and {n_ans} "
                   f"complete answers (expected {expected} each), {n_bad} failed/interrupted, "
                   f"{len(errors)} client errors")

@@ -178,7 +178,7 @@ class PostgresEngine:
     def insert_rows(self, table: str, columns: Sequence[str], rows: dict[str, list], skip_conflicts: bool) -> int:
         names = ", ".join(columns)
         target = f"_new_{table}" if skip_conflicts else table
-        with self.connection() as conn:  # inside the caller's transaction (Database._insert_rows)
+        with self.connection() as conn:  # inside the caller's transaction (Database.insert_rows)
             if skip_conflicts:
                 conn.execute(f"CREATE TEMP TABLE {target} ON COMMIT DROP AS SELECT {names} FROM {table} WITH NO DATA")
             with conn.cursor() as cur, cur.copy(f"COPY {target} ({names}) FROM STDIN") as copy:

@@ -115,13 +115,13 @@ def steering(no_steering_model_dir, tmp_path_factory):
     with Store(data_dir / "advisor.duckdb") as store:
         for i, ex in enumerate(load_corpus()):
             user = f"user-{i % 25}"
-            store.ensure_user(user)
-            conv = store.create_conversation(user, source="api")
-            q = store.add_message(conv.id, "user", ex.question)
-            a = store.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
+            store.users.ensure_user(user)
+            conv = store.conversations.create_conversation(user, source="api")
+            q = store.conversations.add_message(conv.id, "user", ex.question)
+            a = store.conversations.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
                                   generation=GenerationMeta(backend="transformers", model="variant",
                                                             attributes=Attributes()))
-            store.rate(a.id, user, 1, reasons=["clear"])
+            store.conversations.rate(a.id, user, 1, reasons=["clear"])
         overrides = {"max_steps": SFT_STEPS, "cpu_max_steps": SFT_STEPS, "learning_rate": SFT_LR,
                      "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT, "save_steps": 1000}
         run = launch_training(store, LaunchRequest(method="sft", runs_dir=data_dir / "runs",

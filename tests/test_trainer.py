@@ -153,7 +153,7 @@ def test_launch_with_no_examples_records_the_reason_and_starts_nothing(store, tm
 
     run = launch_training(store, LaunchRequest(method="dpo", runs_dir=tmp_path / "runs", base_model="m"))
     assert run.status == "failed" and "no training examples for dpo" in run.error
-    assert store.get_job(run.job_id).status == "failed"
+    assert store.jobs.get_job(run.job_id).status == "failed"
     assert not (tmp_path / "runs" / run.id / "pid").exists()  # no subprocess
     assert not (tmp_path / "runs" / "train.lock").exists()
     assert should_train(store, 5) == (False, "0 new feedback item(s) since the last training run "
@@ -169,11 +169,11 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
 
     with Store(tmp_path / "advisor.duckdb") as store:
         for value in (1, -1):
-            conv = store.create_conversation("alice")
-            q = store.add_message(conv.id, "user", f"Question {value}?")
-            a = store.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
+            conv = store.conversations.create_conversation("alice")
+            q = store.conversations.add_message(conv.id, "user", f"Question {value}?")
+            a = store.conversations.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
                                   generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
-            store.rate(a.id, "alice", value)
+            store.conversations.rate(a.id, "alice", value)
     app, runner = build_cli(), CliRunner()
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "dataset", "build", "--kind", "kto",
                               "--out", str(tmp_path / "ds"), "--eval-fraction", "0", "--json"])
@@ -199,4 +199,4 @@ def test_the_service_trains_with_its_own_steering_mode(store, tmp_path, steering
     settings = tiny_settings(tmp_path / "data", tmp_path / "model", **{"backend.steering": steering})
     run = start_training(store, settings, method="kto", safety_filter=AcceptEverythingFilter())
     assert run.status == "failed" and "no training examples" in run.error  # the config is recorded anyway
-    assert store.get_training_run(run.id).config["steering"] == steering
+    assert store.jobs.get_training_run(run.id).config["steering"] == steering

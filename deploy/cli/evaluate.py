@@ -77,7 +77,7 @@ def _live_release_model(ctx: typer.Context, data_dir: Path | None) -> tuple[Path
         return None
     try:
         with Store(db_path) as store:
-            live = store.live_release()
+            live = store.releases.live_release()
     except StoreError as exc:
         err.print(f"Cannot read the live release ({exc}); using the built-in model. Pass --model/--adapter to choose.")
         return None

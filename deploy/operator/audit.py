@@ -59,4 +59,4 @@ def build_audit_panel(entries: Callable[[str | None], list[AuditEntry]]) -> Pane
 # --------------------------------------------------------------------------- wiring
 
 def operator_panel(services: Any) -> PanelBuilder:
-    return build_audit_panel(lambda action: services.store.list_audit(limit=LIMIT, action=action))
+    return build_audit_panel(lambda action: services.store.audit.list_audit(limit=LIMIT, action=action))

@@ -66,7 +66,7 @@ def card_html(queue: list[dict]) -> str:
 
 def precision_frames(store: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table with intervals: per week and overall; plot frame: precision per category and week)."""
-    p = precision(store.reviewed_events())
+    p = precision(store.events.reviewed_events())
     def row(week: str, version: str, category: str, cell: dict) -> dict:
         return {"week": week, "extractor version": version, "category": category, "reviewed": cell["reviewed"],
                 "correct": cell["correct"], "precision": cell["precision"], "95% low": cell["low"],
@@ -95,7 +95,7 @@ class ReviewPanel:
         """A fresh sample of unreviewed events: (queue, card, note)."""
         if not ctx.is_admin(request):
             return [], "", ctx.denied
-        queue = ctx.store().review_sample(SAMPLE_SIZE, category=None if category in (None, ANY) else category,
+        queue = ctx.store().events.review_sample(SAMPLE_SIZE, category=None if category in (None, ANY) else category,
                                           extractor=None if extractor in (None, ANY) else extractor)
         note = f"{len(queue)} events drawn." if queue else "No unreviewed events match."
         return queue, card_html(queue), note
