@@ -1,4 +1,4 @@
-"""The store's sessions, log-in attempts and audit log (store/sessions.py, audit.py)."""
+"""The store's sessions, log-in attempts and audit log (store/users.py, audit.py)."""
 
 from __future__ import annotations
 

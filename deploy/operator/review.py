@@ -14,7 +14,7 @@ Design choices:
 - The queue of sampled events lives in the page's `gr.State` (ids and texts of at most
   `SAMPLE_SIZE` events), not on the server: two reviewers draw and work independently, and a
   reload simply draws again. An event reviewed meanwhile by someone else can be reviewed again;
-  the latest verdict counts (`store.reviews`).
+  the latest verdict counts (`store.events`).
 - Precision is the share of reviewed events called correct, by the week they were mined and by
   the extractor version that mined them, with Wilson 95% intervals
   (`feedback.extract.reviews.precision`); the table shows the intervals, the plot the point
