@@ -54,14 +54,14 @@ class Audit:
         entry_id = new_id()
         with self._db.transaction():
             self._db.execute("INSERT INTO audit_log (id, actor, action, target, details) VALUES (?, ?, ?, ?, ?)",
-                          [entry_id, actor, action, target or "", json.dumps(details or {}, default=str)])
+                             [entry_id, actor, action, target or "", json.dumps(details or {}, default=str)])
         row = self._db.read_one("SELECT id, actor, action, target, details, created_at FROM audit_log WHERE id = ?",
-                             [entry_id])
+                                [entry_id])
         return _entry(row)
 
     def list_audit(self, limit: int = 100, action: str | None = None) -> list[AuditEntry]:
         """The latest entries, newest first; only one action's with `action`."""
         where, params = ("WHERE action = ? ", [action]) if action else ("", [])
         rows = self._db.read("SELECT id, actor, action, target, details, created_at FROM audit_log "
-                          f"{where}ORDER BY created_at DESC, id LIMIT ?", [*params, int(limit)])
+                             f"{where}ORDER BY created_at DESC, id LIMIT ?", [*params, int(limit)])
         return [_entry(r) for r in rows]

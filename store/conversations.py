@@ -99,7 +99,7 @@ class Conversations:
         self.get_conversation(conversation_id, user_id=user_id)
         with self._db.transaction():
             self._db.execute("UPDATE conversations SET title = ? WHERE id = ? AND user_id = ?",
-                          [title, conversation_id, user_id])
+                             [title, conversation_id, user_id])
         return self.get_conversation(conversation_id, user_id=user_id)
 
     def all_conversations(self, *, limit: int, offset: int = 0) -> list[Conversation]:
@@ -159,8 +159,8 @@ class Conversations:
                 self._raise_missing(conversation_id, parent_id)
             if role == "user":
                 self._db.execute("UPDATE conversations SET updated_at = now(), "
-                              "title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
-                              [content[:80], conversation_id])
+                                 "title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
+                                 [content[:80], conversation_id])
         seq, created_at = inserted
         return Message(msg_id, conversation_id, parent_id, role, content, status, seq, created_at,
                        generation=generation)

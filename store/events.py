@@ -126,7 +126,7 @@ class Events:
         with self._db.transaction():
             self._db.execute("INSERT INTO watermarks (name, value) VALUES (?, 0) ON CONFLICT (name) DO NOTHING", [name])
             return self._db.execute("UPDATE watermarks SET value = ?, updated_at = now() WHERE name = ? AND value = ?",
-                                 [value, name, expected]) == 1
+                                    [value, name, expected]) == 1
 
     def set_watermark(self, name: str, value: int) -> None:
         with self._db.transaction():
@@ -159,13 +159,13 @@ class Events:
             if corrected_category == row[0]:
                 raise InvalidInput(f"the event is already {corrected_category!r}; that verdict is 'correct'")
             self._db.execute("INSERT INTO event_reviews (id, event_id, reviewer, verdict, corrected_category) "
-                          "VALUES (?, ?, ?, ?, ?)", [review_id, event_id, reviewer, verdict, corrected_category])
+                             "VALUES (?, ?, ?, ?, ?)", [review_id, event_id, reviewer, verdict, corrected_category])
         return self.event_reviews(event_id)[-1]
 
     def event_reviews(self, event_id: str) -> list[EventReview]:
         """Every review of an event, oldest first (the last one counts)."""
         rows = self._db.read(f"SELECT {_REVIEW_COLUMNS} FROM event_reviews WHERE event_id = ? ORDER BY created_at, id",
-                          [event_id])
+                             [event_id])
         return [EventReview(*r) for r in rows]
 
     def review_sample(self, limit: int = 20, *, category: str | None = None, extractor: str | None = None,

@@ -146,7 +146,7 @@ class Jobs:
     def queued_jobs(self, *, limit: int = 20) -> list[Job]:
         """Jobs waiting to be claimed, oldest first."""
         rows = self._db.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'queued' ORDER BY created_at LIMIT ?",
-                          [limit])
+                             [limit])
         return [job_from_row(r) for r in rows]
 
     def running_job(self, kind: str, *, exclude: str | None = None) -> Job | None:
@@ -163,7 +163,7 @@ class Jobs:
     def heartbeat_jobs(self) -> int:
         """Renew the lease of every job this store runs; returns how many rows it renewed."""
         return self._db.execute("UPDATE jobs SET heartbeat_at = now() WHERE owner = ? AND status = 'running'",
-                             [self.owner])
+                                [self.owner])
 
     def stale_jobs(self, stale_after_s: float) -> list[Job]:
         """Running rows of other owners whose lease is older than `stale_after_s` seconds (their

@@ -125,7 +125,7 @@ class Privacy:
 
     def _footprint(self, convs: str, params: Sequence) -> Footprint:
         rows = self._db.read(f"SELECT c.user_id, c.id, m.id, m.content, m.role FROM conversations c "
-                          f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
+                             f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
         fp = Footprint()
         for user_id, conv_id, msg_id, content, role in rows:
             fp.user_ids.add(user_id)
@@ -218,7 +218,7 @@ class Privacy:
         if user_ids:
             with self._db.transaction():
                 self._db.executemany("INSERT INTO run_users (run_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                                  [[run_id, u] for u in sorted(set(user_ids))])
+                                     [[run_id, u] for u in sorted(set(user_ids))])
 
     def forgotten_users_per_release(self) -> dict[str, int]:
         """Release id → how many users whose data its adapter was trained on have since been forgotten."""
@@ -235,7 +235,7 @@ class Privacy:
         export_id = new_id()
         with self._db.transaction():
             self._db.execute("INSERT INTO exports (id, actor, what, path, row_count) VALUES (?, ?, ?, ?, ?)",
-                          [export_id, actor, what, path, int(row_count)])
+                             [export_id, actor, what, path, int(row_count)])
         return ExportRecord(*self._db.read_one(f"SELECT {_EXPORT_COLUMNS} FROM exports WHERE id = ?", [export_id]))
 
     def exports_since(self, since: datetime) -> list[ExportRecord]:

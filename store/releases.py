@@ -86,7 +86,7 @@ class Releases:
             self._db.execute(f"UPDATE releases SET status = ?{stamp.get(status, '')} WHERE id = ?", [status, release_id])
             if decision is not None:
                 self._db.execute("UPDATE releases SET decision = ? WHERE id = ?",
-                              [json.dumps(decision, default=str), release_id])
+                                 [json.dumps(decision, default=str), release_id])
             coordination.notify(self._db, "release", release_id)
         return self.get_release(release_id)
 

@@ -64,13 +64,13 @@ class SafetyMarks:
             if message.role != "assistant" or not safety or safety.get("verdict") not in GUARD_WRITTEN:
                 raise InvalidInput("Only an answer the safety guard refused or replaced can be marked.")
             self._db.execute("INSERT INTO safety_marks (id, message_id, operator, label) VALUES (?, ?, ?, ?)",
-                          [mark_id, message_id, operator, label])
+                             [mark_id, message_id, operator, label])
         return self.safety_marks(message_id)[-1]
 
     def safety_marks(self, message_id: str) -> list[SafetyMark]:
         """Every mark on an answer, oldest first (the last one counts)."""
         rows = self._db.read("SELECT id, message_id, operator, label, created_at FROM safety_marks "
-                          "WHERE message_id = ? ORDER BY created_at, id", [message_id])
+                             "WHERE message_id = ? ORDER BY created_at, id", [message_id])
         if not rows and self._db.read_one("SELECT id FROM messages WHERE id = ?", [message_id]) is None:
             raise NotFound(f"No message {message_id!r}.")
         return [SafetyMark(*r) for r in rows]

@@ -123,7 +123,7 @@ class Users:
         if old != consent:
             self._db.execute("UPDATE users SET training_consent = ? WHERE id = ?", [consent, user_id])
             self._db.execute("INSERT INTO consent_changes (id, user_id, old_value, new_value, reason) "
-                          "VALUES (?, ?, ?, ?, ?)", [new_id(), user_id, old, consent, reason])
+                             "VALUES (?, ?, ?, ?, ?)", [new_id(), user_id, old, consent, reason])
         return old
 
     def consent_history(self, user_id: str) -> list[tuple[bool | None, bool | None, str, datetime]]:
@@ -179,14 +179,14 @@ class Users:
         """The user's sessions, newest first; with `now`, only those still valid at that time."""
         live = " AND s.revoked_at IS NULL AND s.expires_at > ?" if now is not None else ""
         rows = self._db.read(f"SELECT {_SESSION_COLUMNS} {_SESSION_FROM} WHERE s.user_id = ?{live} "
-                          "ORDER BY s.created_at DESC", [user_id, *([now] if now is not None else [])])
+                             "ORDER BY s.created_at DESC", [user_id, *([now] if now is not None else [])])
         return [Session(*r) for r in rows]
 
     def touch_session(self, session_id: str, *, now: datetime, expires_at: datetime | None = None) -> None:
         """Stamp `last_seen_at` (and slide `expires_at` when given) on a session still in force."""
         with self._db.transaction():
             self._db.execute("UPDATE sessions SET last_seen_at = ?, expires_at = coalesce(?, expires_at) "
-                          "WHERE id = ? AND revoked_at IS NULL", [now, expires_at, session_id])
+                             "WHERE id = ? AND revoked_at IS NULL", [now, expires_at, session_id])
 
     def revoke_session(self, session_id: str, *, user_id: str, now: datetime, expires_at: datetime) -> None:
         """End one session for good. `expires_at` is only used when no row exists yet (a guest's)."""
@@ -202,7 +202,7 @@ class Users:
         """End every session of a user, except `keep` (a session id) if given; returns how many."""
         with self._db.transaction():
             return self._db.execute("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL "
-                                 "AND id <> ?", [now, user_id, keep or ""])
+                                    "AND id <> ?", [now, user_id, keep or ""])
 
     def change_password(self, user_id: str, password_hash: str, *, now: datetime, keep: str | None) -> int:
         """Set a new password hash and end the user's other sessions, in one transaction; returns
@@ -215,7 +215,7 @@ class Users:
         """(the user has a row, the user was forgotten), in one read: what a guest's first
         session check needs to know."""
         row = self._db.read_one("SELECT (SELECT count(*) FROM users WHERE id = ?), "
-                             "(SELECT count(*) FROM forgotten_users WHERE user_id = ?)", [user_id, user_id])
+                                "(SELECT count(*) FROM forgotten_users WHERE user_id = ?)", [user_id, user_id])
         return (bool(row[0]), bool(row[1])) if row else (False, False)
 
     def prune_sessions(self, *, before: datetime) -> int:
@@ -228,12 +228,12 @@ class Users:
     def record_login_attempt(self, name: str, ok: bool, *, now: datetime) -> None:
         with self._db.transaction():
             self._db.execute("INSERT INTO login_attempts (id, name, ok, created_at) VALUES (?, ?, ?, ?)",
-                          [new_id(), name.lower(), ok, now])
+                             [new_id(), name.lower(), ok, now])
 
     def login_attempts(self, name: str, *, since: datetime) -> list[tuple[bool, datetime]]:
         """(ok, when) of the attempts at a name since a time, oldest first."""
         rows = self._db.read("SELECT ok, created_at FROM login_attempts WHERE name = ? AND created_at >= ? "
-                          "ORDER BY created_at", [name.lower(), since])
+                             "ORDER BY created_at", [name.lower(), since])
         return [(bool(ok), at) for ok, at in rows]
 
     def prune_login_attempts(self, *, before: datetime) -> int:

@@ -119,7 +119,7 @@ def steering(no_steering_model_dir, tmp_path_factory):
             conv = store.conversations.create_conversation(user, source="api")
             q = store.conversations.add_message(conv.id, "user", ex.question)
             a = store.conversations.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
-                                  generation=GenerationMeta(backend="transformers", model="variant",
+                                                generation=GenerationMeta(backend="transformers", model="variant",
                                                             attributes=Attributes()))
             store.conversations.rate(a.id, user, 1, reasons=["clear"])
         overrides = {"max_steps": SFT_STEPS, "cpu_max_steps": SFT_STEPS, "learning_rate": SFT_LR,

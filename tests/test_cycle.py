@@ -39,7 +39,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
         conv = store.conversations.create_conversation("alice")  # a turn nobody reacted to: nothing to learn from
         q = store.conversations.add_message(conv.id, "user", "How do I keep plants alive?")
         store.conversations.add_message(conv.id, "assistant", "Water them weekly.", parent_id=q.id,
-                          generation=GenerationMeta(backend="test", model="some-base-model",
+                                        generation=GenerationMeta(backend="test", model="some-base-model",
                                                                 attributes=Attributes()))
 
     result = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path), "cycle", "--json"],

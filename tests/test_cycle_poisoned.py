@@ -46,7 +46,7 @@ def _liked_turn(store: Store, user: str, question: str, answer: str, model: str)
     conv = store.conversations.create_conversation(user)
     q = store.conversations.add_message(conv.id, "user", question)
     a = store.conversations.add_message(conv.id, "assistant", answer, parent_id=q.id,
-                          generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
+                                        generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
     store.conversations.rate(a.id, user, 1)
 
 

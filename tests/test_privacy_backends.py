@@ -72,7 +72,7 @@ def everything_of(store, user: str, text: str = f"My ex, {SECRET}, keeps texting
     store.conversations.rate(kept.id, user, 1, reasons=["clear"], comment="spot on")
     now = datetime.now(timezone.utc)
     store.users.create_session(f"hash-of-token-{user}", user, expires_at=now + timedelta(days=30), now=now,
-                         user_agent="Firefox/140")
+                               user_agent="Firefox/140")
     store.users.set_training_consent(user, True)
     (event_id,) = read(store, "SELECT id FROM feedback_events WHERE message_id = ?", [thanks.id])[0]
     store.events.add_review(event_id, "admin", "correct")

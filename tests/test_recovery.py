@@ -101,7 +101,7 @@ def test_a_training_run_whose_process_lives_keeps_its_rows(tmp_path):
             (run_dir / METADATA).write_text(json.dumps({"run_id": "kto-live", "status": "running"}))
             (run_dir / PID).write_text(str(trainer.pid))
             dead.jobs.create_training_run(run_id="kto-live", method="kto", run_dir=str(run_dir), base_model="m",
-                                     job_id=job.id)
+                                          job_id=job.id)
             dead.jobs.update_training_run("kto-live", status="running")
         with Store(db) as store:
             assert recover_stale_work(store, LEASE, when="on starting the scheduler") == []

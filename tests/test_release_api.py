@@ -68,7 +68,7 @@ def test_rejected_release_is_refused_with_the_gate_reason_unless_forced(svc, tin
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=13)
     svc.store.releases.set_release_status(cand.id, "rejected",
-                                 decision={"summary": "REJECT: harmlessness 0.500 misses the floor"})
+                                          decision={"summary": "REJECT: harmlessness 0.500 misses the floor"})
     with svc.admin() as admin:
         r = admin.post(f"/api/admin/releases/{cand.id}/promote")
         assert r.status_code == 409

@@ -27,7 +27,7 @@ def _populate(data_dir, liked: list[str], disliked: list[str]) -> None:
             conv = store.conversations.create_conversation("u1", source="api")
             q = store.conversations.add_message(conv.id, "user", "Any tips for saving money?")
             a = store.conversations.add_message(conv.id, "assistant", text, parent_id=q.id,
-                                  generation=GenerationMeta(backend="test", model="m", attributes=Attributes()))
+                                                generation=GenerationMeta(backend="test", model="m", attributes=Attributes()))
             store.conversations.rate(a.id, "u1", value)
 
 

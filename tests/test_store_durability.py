@@ -37,7 +37,7 @@ def log_turn(store: Store, user_id: str, i: int, conversation_id: str | None = N
             conversation_id = store.conversations.create_conversation(user_id, source="cli").id
         question = store.conversations.add_message(conversation_id, "user", f"question {i} from {user_id}", parent_id=parent_id)
     answer = store.conversations.add_message(conversation_id, "assistant", f"answer {i} " + "advice " * 40,
-                               parent_id=question.id, generation=META)
+                                             parent_id=question.id, generation=META)
     return conversation_id, question.id, answer.id
 
 

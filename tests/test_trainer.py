@@ -172,7 +172,7 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
             conv = store.conversations.create_conversation("alice")
             q = store.conversations.add_message(conv.id, "user", f"Question {value}?")
             a = store.conversations.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
-                                  generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
+                                                generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
             store.conversations.rate(a.id, "alice", value)
     app, runner = build_cli(), CliRunner()
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "dataset", "build", "--kind", "kto",

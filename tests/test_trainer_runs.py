@@ -156,7 +156,7 @@ def _populate(store, n=8):
         q = store.conversations.add_message(conv.id, "user", QUESTIONS[i % 4])
         good = i % 2 == 0
         a = store.conversations.add_message(conv.id, "assistant", SHORT[i % 4] if good else LONG[i % 4], parent_id=q.id,
-                              generation=GenerationMeta(backend="test", model="tiny", attributes=Attributes()))
+                                            generation=GenerationMeta(backend="test", model="tiny", attributes=Attributes()))
         store.conversations.rate(a.id, "alice", 1 if good else -1)
 
 

@@ -242,7 +242,7 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
         run = store.jobs.update_training_run(run_id, status=outcome, metrics=metrics, error=error)
         if run.job_id:
             store.jobs.update_job(run.job_id, status=outcome, error=error,
-                             result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
+                                  result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
         _release_lock(Path(run.run_dir).parent, run_id)
     elif run.job_id and state.alive and state.last:
         # Live progress on the job row, for the operator screen.

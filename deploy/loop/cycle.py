@@ -153,7 +153,7 @@ class _Cycle:
         if self.is_cancelled():
             raise CycleCancelled(name)
         job = self.store.jobs.create_job(f"cycle.{name}", trigger="cycle", params={"cycle_id": self.result.cycle_id},
-                                    parent_id=self.result.cycle_id)
+                                         parent_id=self.result.cycle_id)
         entry = {"step": name, "job_id": job.id, "status": "running"}
         self.result.steps.append(entry)
         self.record()
@@ -324,7 +324,7 @@ def run_recorded_cycle(store: Store, settings: Settings, config: CycleConfig, *,
     result = run_cycle(store, settings, config, cycle_id=job.id, deps=deps)
     failed = result.status in ("failed", "cancelled")
     store.jobs.update_job(job.id, status=result.status if failed else "succeeded", result=result.as_dict(),
-                     error=result.message if failed else None)
+                          error=result.message if failed else None)
     return result
 
 

@@ -96,7 +96,7 @@ class ReviewPanel:
         if not ctx.is_admin(request):
             return [], "", ctx.denied
         queue = ctx.store().events.review_sample(SAMPLE_SIZE, category=None if category in (None, ANY) else category,
-                                          extractor=None if extractor in (None, ANY) else extractor)
+                                                 extractor=None if extractor in (None, ANY) else extractor)
         note = f"{len(queue)} events drawn." if queue else "No unreviewed events match."
         return queue, card_html(queue), note
 

@@ -265,7 +265,7 @@ def finish(store: Store, backend: Any, canary: Release, action: str, reason: str
     # The adapter stays loaded: a replica that has not yet re-read the canary may still route a
     # user to it, and that request must not fail. The next promotion's `retire_adapters` frees it.
     return store.releases.set_release_status(canary.id, "rejected" if action == "rollback" else "candidate",
-                                    decision=decision)
+                                             decision=decision)
 
 
 # --------------------------------------------------------------------------- in the running service

@@ -185,9 +185,9 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live_subject = live_id or candidate.base_model
     store.releases.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand.metrics.items() if v is not None},
-                           details={"against": live_subject, "gated_at": gated_at, **cand.details})
+                                    details={"against": live_subject, "gated_at": gated_at, **cand.details})
     store.releases.add_eval_results(live_subject, SUITE, {k: v for k, v in other.metrics.items() if v is not None},
-                           details={"against": candidate.id, "gated_at": gated_at, **other.details})
+                                    details={"against": candidate.id, "gated_at": gated_at, **other.details})
     stored = {**decision.as_dict(), "reasons": decision.reasons, "run_id": run_id, "live_release": live_id,
               "candidate": cand.metrics, "live": other.metrics, "intervals": intervals, "notes": notes,
               "judges": validity, "gated_at": gated_at}

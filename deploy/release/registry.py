@@ -70,7 +70,7 @@ def ensure_base_release(store: Store, base_model: str) -> Release:
         existing = store.releases.get_release(release_id)
     except NotFound:
         return store.releases.create_release(base_model=base_model, adapter_path=None, status="live", release_id=release_id,
-                                    decision={"summary": "the base model, live until a trained release passes the gate"})
+                                             decision={"summary": "the base model, live until a trained release passes the gate"})
     return store.releases.set_release_status(existing.id, "live")
 
 
@@ -97,7 +97,7 @@ def register_candidate(store: Store, *, run_id: str, adapter_path: Path, base_mo
     release_id = "r-" + new_id()[:12]
     published = publish_adapter(adapter_path, data_dir, release_id)
     return store.releases.create_release(base_model=base_model, adapter_path=str(published), run_id=run_id,
-                                status="candidate", decision=decision, release_id=release_id)
+                                         status="candidate", decision=decision, release_id=release_id)
 
 
 def promote(store: Store, backend, release_id: str, *, force: bool = False) -> Release:

@@ -228,7 +228,7 @@ class Auth:
             except AuthError:
                 raise AuthError("The current password is not right.") from None
         n = self.store.users.change_password(identity.user_id, hash_password(new), now=self.clock(),
-                                       keep=row_id(identity.session))
+                                             keep=row_id(identity.session))
         self.sessions.drop_user(identity.user_id, keep=identity)
         return n
 

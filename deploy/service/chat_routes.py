@@ -147,7 +147,7 @@ def create_conversation(body: ConversationIn | None = None, ident: Identity = De
                         services: Services = Depends(services_of)) -> dict:
     try:
         conv = services.store.conversations.create_conversation(ident.user_id, title=(body.title if body else "").strip(),
-                                                  source="api")
+                                                                source="api")
     except InvalidInput as exc:
         raise as_api_error(exc) from None
     return conversation_dict(conv)

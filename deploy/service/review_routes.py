@@ -44,7 +44,7 @@ def feedback_sample(limit: int = Query(20, ge=1, le=500), category: str | None =
     """A random sample of mined events (unreviewed ones unless `include_reviewed`); `seed` makes
     it repeatable."""
     events = services.store.events.review_sample(limit, category=category, extractor=extractor, seed=seed,
-                                          include_reviewed=include_reviewed)
+                                                 include_reviewed=include_reviewed)
     return {"events": [_iso(e) for e in events]}
 
 

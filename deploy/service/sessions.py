@@ -149,7 +149,7 @@ class SessionManager:
         """A new session row for a signed-in user; returns the identity that carries its token."""
         token, now = secrets.token_urlsafe(24), self.clock()
         self.store.users.create_session(row_id(token), identity.user_id, is_admin=identity.is_admin, now=now,
-                                  expires_at=now + self.lifetime(identity.is_admin), user_agent=user_agent)
+                                        expires_at=now + self.lifetime(identity.is_admin), user_agent=user_agent)
         return replace(identity, via="cookie", session=token)
 
     def resolve(self, value: str, user_agent: str = "") -> Identity | None:
@@ -198,7 +198,7 @@ class SessionManager:
             created = now if claim.legacy else claim.minted  # an upgraded v1 cookie: idle rule from today
             expires = created + self.lifetime(False)
             self.store.users.create_session(key, claim.user_id, created_at=created, expires_at=expires, now=now,
-                                      user_agent=user_agent)
+                                            user_agent=user_agent)
         return Identity(claim.user_id, None, False, "cookie", claim.token), expires
 
     def _maybe_prune(self, now: datetime) -> None:
@@ -215,14 +215,14 @@ class SessionManager:
             return
         key = row_id(identity.session)
         self.store.users.revoke_session(key, user_id=identity.user_id, now=self.clock(),
-                                  expires_at=self.clock() + self.lifetime(identity.is_admin))
+                                        expires_at=self.clock() + self.lifetime(identity.is_admin))
         with self._lock:
             self._cache.pop(key, None)
 
     def end_all(self, user_id: str, *, keep: Identity | None = None) -> int:
         """Revoke every session of a user (but `keep`'s); returns how many rows were revoked."""
         n = self.store.users.revoke_user_sessions(user_id, now=self.clock(),
-                                            keep=row_id(keep.session) if keep and keep.session else None)
+                                                  keep=row_id(keep.session) if keep and keep.session else None)
         self.drop_user(user_id, keep=keep)
         return n
 
