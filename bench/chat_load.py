@@ -262,8 +262,8 @@ def main() -> int:
     from chat.builtin.build import build_builtin_model
     from deploy.settings import load_settings
     from deploy.wiring import create_app
-    from feedback.attributes import Attributes
-    from feedback.store import Store
+    from store import Store
+    from store.attributes import Attributes
 
     print("machine:", machine())
     model_dir = args.model_dir or build_builtin_model(
@@ -298,7 +298,7 @@ def main() -> int:
             # Every turn must be in the store: a question and a complete answer with its metadata.
             expected = args.users * args.turns
             n_conv = store.stats()["rows"]["conversations"]
-            n_user, n_ans, n_bad = (store._analytics(sql)[0][0] for sql in _STORED_COUNTS)
+            n_user, n_ans, n_bad = (store._db.analytics(sql)[0][0] for sql in _STORED_COUNTS)
             print(f"  stored: {n_conv} conversations (expected {args.users}), {n_user} questions and {n_ans} "
                   f"complete answers (expected {expected} each), {n_bad} failed/interrupted, "
                   f"{len(errors)} client errors")

@@ -14,7 +14,7 @@
    same windows from the gold dev split, batched vs one prompt at a time, 3 repeats each, medians.
 3. With `--store postgres` the log goes into a real PostgreSQL server started for the run (fsync
    on), and extraction reads it the way a replica does: through the store's analytics mirror (an
-   in-memory DuckDB fed by COPY, `feedback/store/mirror.py`). Reported besides: the mirror's
+   in-memory DuckDB fed by COPY, `store/mirror.py`). Reported besides: the mirror's
    first full copy (rows/s), and the latency of the operator's overview reports at that size,
    cold (right after extraction wrote its events) and warm (nothing changed) — on either store.
 Prints the machine first. Numbers from a shared or busy machine are noisy: the load average is
@@ -76,7 +76,7 @@ DETAILS = ("I'm {n}.", "We have {n} kids.", "It's been {n} weeks.", "I earn abou
 def generate(path: Path | str, n: int, *, seed: int = 0, batch: int = 20_000) -> dict:
     """Bulk-load `n` conversations into a fresh store at `path` (a DuckDB file or a PostgreSQL URL;
     seq in parent-before-child order)."""
-    from feedback.store import Store
+    from store import Store
     from tools.data.gold_topics import TOPICS
     from tools.data.make_dev_gold import CHECK_QUESTION, REPLY_PREFIX, _Composer
 
@@ -90,7 +90,7 @@ def generate(path: Path | str, n: int, *, seed: int = 0, batch: int = 20_000) ->
     # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helpers.
     with Store(path) as store:
         if store.dialect == "duckdb":
-            store._execute("SET threads TO 1")  # nextval() in row order (PostgreSQL's COPY: row order already)
+            store._db.execute("SET threads TO 1")  # nextval() in row order (PostgreSQL's COPY: row order already)
         for lo in range(0, n, batch):
             users, convs, msgs = set(), {k: [] for k in ("id", "user_id", "title", "created_at")}, {
                 k: [] for k in ("id", "conversation_id", "parent_id", "role", "content", "created_at")}
@@ -118,13 +118,13 @@ def generate(path: Path | str, n: int, *, seed: int = 0, batch: int = 20_000) ->
                 n_messages += len(thread)
             convs["source"], convs["updated_at"] = ["simulator"] * len(convs["id"]), convs["created_at"]
             with store.transaction():
-                store._insert_rows("users", ["id"], {"id": sorted(users)}, skip_conflicts=True)
-                store._insert_rows("conversations", list(convs), convs)
-                store._insert_rows("messages", list(msgs), msgs)
-        bad = store._analytics("SELECT count(*) FROM messages c JOIN messages p ON c.parent_id = p.id WHERE c.seq <= p.seq")
+                store._db.insert_rows("users", ["id"], {"id": sorted(users)}, skip_conflicts=True)
+                store._db.insert_rows("conversations", list(convs), convs)
+                store._db.insert_rows("messages", list(msgs), msgs)
+        bad = store._db.analytics("SELECT count(*) FROM messages c JOIN messages p ON c.parent_id = p.id WHERE c.seq <= p.seq")
         if bad[0][0]:
             raise SystemExit(f"generated log is not in parent-before-child seq order ({bad[0][0]} rows)")
-        n_user = store._analytics("SELECT count(*) FROM messages WHERE role = 'user'")[0][0]
+        n_user = store._db.analytics("SELECT count(*) FROM messages WHERE role = 'user'")[0][0]
     size = round(path.stat().st_size / 2**20, 1) if isinstance(path, Path) else None
     return {"conversations": n, "messages": n_messages, "user_messages": int(n_user),
             "seconds": round(time.perf_counter() - t0, 1), "file_mib": size}
@@ -144,7 +144,7 @@ def _cpu_seconds() -> float:
 
 def report_latency(store) -> dict:
     """Seconds for the operator's overview reports (stats, counts over time, feedback prevalence)."""
-    from feedback.store import reports
+    from store import reports
 
     t = time.perf_counter()
     reports.overview(store)
@@ -185,7 +185,7 @@ def _store_figures(store, db: Path | str, first_read_s: float) -> dict:
     """The store's side: which one, its first analytics read (on PostgreSQL the mirror's full copy)
     and the operator reports' latency, cold then warm."""
     cold, warm = report_latency(store), report_latency(store)
-    n_messages = int(store._analytics("SELECT count(*) FROM messages")[0][0])
+    n_messages = int(store._db.analytics("SELECT count(*) FROM messages")[0][0])
     return {"store": "postgres" if str(db).startswith("postgresql://") else "duckdb",
             "first_read_s": round(first_read_s, 2), "messages": n_messages,
             "first_read_rows_per_s": round(n_messages / first_read_s) if first_read_s else None,
@@ -201,7 +201,7 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     torch.set_num_threads(1)
     from feedback.extract import FastConfig, FastExtractor, run_extraction
-    from feedback.store import Store
+    from store import Store
 
     proc = psutil.Process()
     extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
@@ -238,7 +238,7 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
     samples: list[dict] = []
     with Store(db) as store:
         # Settings, DuckDB's memory: no typed API, so private helpers (on PostgreSQL: the mirror's DuckDB).
-        (store._execute if store.dialect == "duckdb" else store._analytics)("SET threads TO 1")
+        (store._db.execute if store.dialect == "duckdb" else store._db.analytics)("SET threads TO 1")
         t = time.perf_counter()
         n_conv = store.stats()["rows"]["conversations"]  # on PostgreSQL: the mirror's first, full copy
         first_copy_s = time.perf_counter() - t
@@ -247,7 +247,7 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
 
         def progress(r) -> None:
             now = time.perf_counter()
-            duckdb_bytes = store._analytics("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
+            duckdb_bytes = store._db.analytics("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")[0][0]
             samples.append({"chunk": r.chunks, "messages": r.messages, "seconds": now - last[0],
                             "chunk_messages": r.messages - last[1], "rss_mib": proc.memory_info().rss / 2**20,
                             "duckdb_mib": duckdb_bytes / 2**20})

@@ -40,7 +40,7 @@ def answer_fn(model_dir: str, mode: str, max_new_tokens: int, seed: int):
 
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()

@@ -57,7 +57,7 @@ MAX_NEW_TOKENS = 128
 
 def _messages(question: str, verbosity: int) -> list[dict]:
     from chat.steering import render
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     return render([{"role": "user", "content": question}], Attributes(verbosity=verbosity), "instruct")[0]
 
@@ -160,7 +160,7 @@ def train_kto(args, settings, data: Path):
     from deploy.loop.safety import make_safety_filter
     from deploy.release.judges import moderator_dir
     from feedback.datasets import read_card
-    from feedback.store import Store
+    from store import Store
     from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 

@@ -153,7 +153,7 @@ def answer_all(label: str, path: str, mode: str, *, sets: dict[str, list[str]], 
     """Load one model, answer every set at the default sliders, then the steering grid; timed."""
     from chat.backends.base import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     t0 = time.monotonic()
     backend = TransformersBackend(path, device="cpu", kind="transformers", max_batch_size=batch_size,

@@ -109,7 +109,7 @@ def xacts(url: str) -> int:
 
 
 def run(n: int, pg: PostgresServer, model: Path, args: argparse.Namespace) -> dict:
-    from feedback.store import Store
+    from store import Store
 
     url = pg.create_database()
     with tempfile.TemporaryDirectory() as tmp:

@@ -58,7 +58,7 @@ def main() -> None:
         store = live.store
         t1 = time.monotonic()
         while True:
-            done = [j for j in store.list_jobs(kind="cycle", limit=50)
+            done = [j for j in store.jobs.list_jobs(kind="cycle", limit=50)
                     if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
             if done:
                 break
@@ -66,7 +66,7 @@ def main() -> None:
         job = done[0]
         print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
               f"{time.monotonic() - t1:.0f}s after the simulation ended")
-        for step in store.child_jobs(job.id):
+        for step in store.jobs.child_jobs(job.id):
             took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
             print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
         gate = (job.result or {}).get("gate") or {}

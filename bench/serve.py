@@ -64,7 +64,7 @@ def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
 
     from deploy.settings import load_settings
     from deploy.wiring import create_app
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={
         "data_dir": str(tmp), "backend.kind": kind, "backend.steering": "steerlm",
@@ -91,7 +91,7 @@ def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
 
 def stored_complete(store) -> int:
     # A count no typed function gives: the store's private analytics helper, benchmark only.
-    return store._analytics("SELECT count(*) FROM messages WHERE role = 'assistant' AND status = 'complete'")[0][0]
+    return store._db.analytics("SELECT count(*) FROM messages WHERE role = 'assistant' AND status = 'complete'")[0][0]
 
 
 def run_backend(name: str, make_backend: Callable[[], object], kind: str, args, params: dict) -> dict | None:

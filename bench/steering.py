@@ -64,7 +64,7 @@ def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int
     from chat.backends.transformers_backend import TransformersBackend
     from chat.steering import render
     from evaluator.steerability import answer_grid
-    from feedback.attributes import Attributes, SteeringMode
+    from store.attributes import Attributes, SteeringMode
 
     mode = SteeringMode(mode)
     own = backend is None

@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO))
 
 from chat.backends import Generation, SamplingParams  # noqa: E402
 from chat.turns import TurnContext, send  # noqa: E402
-from feedback.attributes import Attributes  # noqa: E402
-from feedback.store import GenerationMeta, Store  # noqa: E402
+from store import GenerationMeta, Store  # noqa: E402
+from store.attributes import Attributes  # noqa: E402
 
 ANSWER = ("Keep the same bedtime every night, dim the lights an hour before, and leave your phone "
           "outside the bedroom. ") * 4
@@ -132,33 +132,33 @@ def prefill(store: Store, turns: int) -> None:
         return prefill_postgres(store, turns)
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
-    store.ensure_user("past")
+    store.users.ensure_user("past")
     # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helper.
     with store.transaction():
-        store._execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
+        store._db.execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
                        "FROM range(?) t(i)", [turns])
-        store._execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
+        store._db.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
                        "SELECT 'past-m' || i, 'past-c' || (i // 2), CASE WHEN i % 2 = 1 THEN 'past-m' || (i - 1) END, "
                        "CASE WHEN i % 2 = 1 THEN 'assistant' ELSE 'user' END, ?, CASE WHEN i % 2 = 1 THEN ? END "
                        "FROM range(?) t(i) ORDER BY i", [ANSWER, meta, 2 * turns])
-    store._execute("CHECKPOINT")  # measure from a settled file, not from a WAL holding the bulk load
+    store._db.execute("CHECKPOINT")  # measure from a settled file, not from a WAL holding the bulk load
 
 
 def prefill_postgres(store: Store, turns: int) -> None:
     """The same rows on PostgreSQL (generate_series), then VACUUM ANALYZE: a settled table."""
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
-    store.ensure_user("past")
+    store.users.ensure_user("past")
     with store.transaction():
-        store._execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
+        store._db.execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
                        "FROM generate_series(0, ? - 1) AS t(i)", [turns])
-        store._execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
+        store._db.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, generation) "
                        "SELECT 'past-m' || i, 'past-c' || (i / 2), CASE WHEN i % 2 = 1 THEN 'past-m' || (i - 1) END, "
                        "CASE WHEN i % 2 = 1 THEN 'assistant' ELSE 'user' END, ?, "
                        "CASE WHEN i % 2 = 1 THEN CAST(? AS jsonb) END FROM generate_series(0, ? - 1) AS t(i) ORDER BY i",
                        [ANSWER, meta, 2 * turns])
     for table in ("conversations", "messages", "users"):
-        store._execute(f"VACUUM ANALYZE {table}")
+        store._db.execute(f"VACUUM ANALYZE {table}")
 
 
 def open_store(tmp: str, backend: str, pg: Any = None) -> Store:

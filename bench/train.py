@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import cpu_model, emit  # noqa: E402
 
-from feedback.attributes import Attributes  # noqa: E402
 from feedback.datasets import write_rows  # noqa: E402
+from store.attributes import Attributes  # noqa: E402
 from trainer.config import config_for  # noqa: E402
 from trainer.process import start_run  # noqa: E402
 from trainer.rundir import read_metadata, read_progress  # noqa: E402

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from chat.backends.base import BackendError
-from feedback.attributes import add_to_system
+from store.attributes import add_to_system
 
 ALLOWED, REFUSED, REPLACED = "allowed", "refused", "replaced"
 VERDICTS = (ALLOWED, REFUSED, REPLACED)

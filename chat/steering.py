@@ -13,7 +13,7 @@ Two renderings (docs/design.md, "Steering"):
   it where it ignores a system message (measured in docs/models.md, "Steering"); it is per answer,
   and it survives trimming that keeps a prompt's end. A conversation that does not end with a
   user message gets it in the system message instead.
-The wording and placement live in `feedback.attributes` (`with_instructions`), because the
+The wording and placement live in `store.attributes` (`with_instructions`), because the
 trainer must render a training prompt as the model saw it, and `trainer` cannot import `chat`.
 
 Pure functions on message dicts; no model or backend code here.
@@ -21,7 +21,7 @@ Pure functions on message dicts; no model or backend code here.
 
 from __future__ import annotations
 
-from feedback.attributes import LEVEL_WORDS, Attributes, SteeringMode, with_instructions
+from store.attributes import LEVEL_WORDS, Attributes, SteeringMode, with_instructions
 
 
 def check_mode(mode: SteeringMode | str) -> SteeringMode:

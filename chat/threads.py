@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from feedback.store import Message, Store
+from store import Message, Store
 
 # Fixed reason lists, as Open WebUI has them: short, and the same for everyone so they can be counted.
 POSITIVE_REASONS = ("accurate", "practical", "empathetic", "clear")
@@ -85,16 +85,16 @@ def safety_dict(message: Message) -> dict | None:
 def latest_ratings(store: Store, user_id: str, message_ids: list[str]) -> dict[str, dict]:
     """The user's latest rating of each message, in one query, as the view shows it."""
     return {mid: {"value": int(r.value), "reasons": list(r.reasons or []), "comment": r.comment or ""}
-            for mid, r in store.latest_ratings(user_id, message_ids).items()}
+            for mid, r in store.conversations.latest_ratings(user_id, message_ids).items()}
 
 
 def thread_view(store: Store, conversation_id: str, user_id: str, *, leaf_id: str | None = None) -> list[MessageView]:
     """The branch ending at `leaf_id` (default: the current branch), as the user sees it.
     The caller has already checked that the conversation is the user's."""
-    everything = store.get_messages(conversation_id)
+    everything = store.conversations.get_messages(conversation_id)
     if not everything:
         return []
-    thread = store.thread(conversation_id, leaf_id)
+    thread = store.conversations.thread(conversation_id, leaf_id)
     children: dict[tuple[str | None, str], list[str]] = {}
     attributes: dict[str, dict] = {}
     for m in everything:
@@ -117,8 +117,8 @@ def thread_view(store: Store, conversation_id: str, user_id: str, *, leaf_id: st
 def descend(store: Store, conversation_id: str, start_id: str) -> str:
     """The leaf reached from `start_id` by following, at each fork, the kept child (else the newest):
     where the branch goes when the user switches to sibling `start_id`."""
-    everything = store.get_messages(conversation_id)
-    chosen = store.kept_siblings(conversation_id)
+    everything = store.conversations.get_messages(conversation_id)
+    chosen = store.conversations.kept_siblings(conversation_id)
     kids: dict[str, list[str]] = {}
     for m in everything:
         if m.parent_id is not None:

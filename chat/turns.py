@@ -22,7 +22,7 @@ Design choices:
   a link, a header, `--conversation`) before the first token. A regenerated answer starts on
   first iteration (there is nothing to store before it).
 - Regenerate adds an assistant sibling under the same user message; edit adds a user sibling
-  under the same parent and answers it. The model sees `store.thread(conversation, leaf)`: the
+  under the same parent and answers it. The model sees `store.conversations.thread(conversation, leaf)`: the
   branch being answered, never the siblings.
 - The safety guard (`chat.guard`, when the context has one) judges the question before the model
   is called (submit, or the start of a regeneration) and the answer at each sentence end and at
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from chat.backends.base import Backend, BackendError, Generation, SamplingParams
 from chat.guard import ALLOWED, FINISH_FILTERED, REFUSED, REPLACED, AnswerWatch, Guard, Replace, with_policy
 from chat.steering import check_mode
-from feedback.attributes import Attributes
-from feedback.store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
+from store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
+from store.attributes import Attributes
 
 
 @dataclass
@@ -148,7 +148,7 @@ class Turn:
                 yield self._refusal
                 return
             if self.generation is None:
-                thread = self.ctx.store.thread(self.conversation_id, self.user_message.id)
+                thread = self.ctx.store.conversations.thread(self.conversation_id, self.user_message.id)
                 self.generation = _start_generation(self.ctx, history(thread), self.attributes, self.params,
                                                     self.adapter)
             if self._cancel.is_set():  # cancelled between submit and start
@@ -227,7 +227,7 @@ class Turn:
             error=str(self.error) if self.error is not None else None,
             safety=self._safety_record(),
         )
-        return self.ctx.store.add_message(
+        return self.ctx.store.conversations.add_message(
             self.conversation_id, "assistant", self.text,
             parent_id=self.user_message.id, status=status, generation=meta,
         )
@@ -266,21 +266,21 @@ def send(
     store = ctx.store
     prior: list[Message] = []
     if parent_id is not None:
-        parent = store.get_message(parent_id, user_id=user_id)
+        parent = store.conversations.get_message(parent_id, user_id=user_id)
         if conversation_id is not None and parent.conversation_id != conversation_id:
             raise NotFound(f"No message {parent_id!r} in conversation {conversation_id!r}.")
         conversation_id = parent.conversation_id
-        prior = store.thread(conversation_id, parent_id)
+        prior = store.conversations.thread(conversation_id, parent_id)
     elif conversation_id is not None:
-        store.get_conversation(conversation_id, user_id=user_id)
-        prior = store.thread(conversation_id)
+        store.conversations.get_conversation(conversation_id, user_id=user_id)
+        prior = store.conversations.thread(conversation_id)
         parent_id = prior[-1].id if prior else None
     if conversation_id is None:  # a new conversation and its first question, or neither
         def store_question() -> Message:
-            return store.start_conversation(user_id, text, source=ctx.source)[1]
+            return store.conversations.start_conversation(user_id, text, source=ctx.source)[1]
     else:
         def store_question() -> Message:
-            return store.add_message(conversation_id, "user", text, parent_id=parent_id)
+            return store.conversations.add_message(conversation_id, "user", text, parent_id=parent_id)
     return _submit(ctx, prior, text, store_question, new_conversation=conversation_id is None,
                    attributes=attributes, params=params, user_id=user_id)
 
@@ -325,12 +325,12 @@ def edit(
 ) -> Turn:
     """The user rewrote their question `message_id`: a sibling user message, then its answer."""
     text = clean_text(text, max_chars=ctx.max_chars)
-    original = ctx.store.get_message(message_id, user_id=user_id)
+    original = ctx.store.conversations.get_message(message_id, user_id=user_id)
     if original.role != "user":
         raise InvalidInput("Only your own questions can be edited.")
-    prior = ctx.store.thread(original.conversation_id, original.parent_id) if original.parent_id else []
+    prior = ctx.store.conversations.thread(original.conversation_id, original.parent_id) if original.parent_id else []
     return _submit(ctx, prior, text,
-                   lambda: ctx.store.add_message(original.conversation_id, "user", text, parent_id=original.parent_id),
+                   lambda: ctx.store.conversations.add_message(original.conversation_id, "user", text, parent_id=original.parent_id),
                    new_conversation=False, attributes=attributes, params=params, user_id=user_id)
 
 
@@ -340,11 +340,11 @@ def regenerate(
 ) -> Turn:
     """Another answer to the same question: `message_id` is the answer to replace (or the
     question itself). Adds an assistant sibling; no new user message."""
-    message = ctx.store.get_message(message_id, user_id=user_id)
+    message = ctx.store.conversations.get_message(message_id, user_id=user_id)
     if message.role == "assistant":
         if message.parent_id is None:
             raise InvalidInput("This answer has no question to answer again.")
-        question = ctx.store.get_message(message.parent_id, user_id=user_id)
+        question = ctx.store.conversations.get_message(message.parent_id, user_id=user_id)
     elif message.role == "user":
         question = message
     else:

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feedback.store import InvalidInput, NotFound, Store, StoreError
-from feedback.store.exports import STDOUT
+from store import InvalidInput, NotFound, Store, StoreError
+from store.privacy import STDOUT
 
 log = logging.getLogger("advisor.audit")
 
@@ -97,37 +97,37 @@ def audited(store: Store, actor: str, action: str, target: str = "", *, surface:
 def record(store: Store, actor: str, action: str, target: str, details: dict[str, Any]) -> None:
     """Append one entry; never raises (see the module docstring)."""
     try:
-        store.audit(actor, action, target, details)
+        store.audit.audit(actor, action, target, details)
     except (StoreError, OSError, ValueError, TypeError):
         log.exception("could not write the audit entry %s %s %s %s", actor, action, target, details)
 
 
 def note_export(store: Store, entry: Pending, actor: str, what: str, path: str | Path, rows: int) -> str:
-    """Inside an audited "export": remember where it was written (`Store.record_export`, so that
+    """Inside an audited "export": remember where it was written (`Privacy.record_export`, so that
     forgetting a user can name the copy) and put it in the audit entry. Returns the recorded path
     (absolute, or "stdout")."""
     where = STDOUT if str(path) == STDOUT else str(Path(path).resolve())
-    export = store.record_export(actor, what, where, rows)
+    export = store.privacy.record_export(actor, what, where, rows)
     entry.details.update(to=where, rows=rows, export_id=export.id)
     return where
 
 
 def record_review(store: Store, actor: str, event_id: str, verdict: str, category: str | None, *,
                   surface: str) -> dict:
-    """An operator's verdict on a mined feedback event (`Store.add_review`), audited with its
+    """An operator's verdict on a mined feedback event (`Events.add_review`), audited with its
     outcome; the one way the admin API and the operator screen record one. Raises the store's
     NotFound / InvalidInput."""
     with audited(store, actor, "review", event_id, surface=surface, verdict=verdict,
                  category=category or None) as entry:
-        review = store.add_review(event_id, actor, verdict, category or None)
+        review = store.events.add_review(event_id, actor, verdict, category or None)
         entry.details["review_id"] = review.id
     return review.as_dict()
 
 
 def record_safety_mark(store: Store, actor: str, message_id: str, label: str, *, surface: str) -> dict:
-    """An operator's mark on a refusal (`Store.mark_safety`: "wrong" = it should have been answered),
+    """An operator's mark on a refusal (`SafetyMarks.mark_safety`: "wrong" = it should have been answered),
     audited with its outcome. Raises the store's NotFound / InvalidInput."""
     with audited(store, actor, "safety_mark", message_id, surface=surface, label=label) as entry:
-        mark = store.mark_safety(message_id, actor, label)
+        mark = store.safety.mark_safety(message_id, actor, label)
         entry.details["mark_id"] = mark.id
     return mark.as_dict()

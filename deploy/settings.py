@@ -19,7 +19,7 @@ from typing import Any, Literal, Optional
 import pydantic
 from pydantic.dataclasses import dataclass
 
-from feedback.attributes import SteeringMode
+from store.attributes import SteeringMode
 
 ENV_PREFIX = "ADVISOR_"
 SECRET_KEYS = {"admin_token", "session_secret", "api_key", "admin_password", "url"}  # store.url may hold a password
@@ -64,7 +64,7 @@ class BackendSettings:
     # How attributes reach the model: steerlm (attribute-conditioned model) or instruct (plain
     # instructions after the last user message, for general chat models; chat.steering). auto:
     # steerlm for builtin. Training renders its prompts the same way (trainer RunConfig.steering).
-    # Parsed here into `feedback.attributes.SteeringMode`; the rest of the code takes that type.
+    # Parsed here into `store.attributes.SteeringMode`; the rest of the code takes that type.
     steering: Literal["auto"] | SteeringMode = "auto"
     # OpenAI-compatible server.
     base_url: str = "http://127.0.0.1:8001/v1"

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from feedback.store import NotFound, Store
-from feedback.store.analytics import messages_table
-from feedback.store.privacy import NOT_EXPORTED
+from store import NotFound, Store
+from store.analytics import messages_table
+from store.privacy import NOT_EXPORTED
 
 
 def export_parquet(store: Store, out: Path) -> int:
@@ -42,7 +42,7 @@ class SharingRules:
 def _record(store: Store, conv, sharing: SharingRules | None) -> dict:
     clean = (lambda s: sharing.redactor.redact(s).text if s else s) if sharing and sharing.redactor else (lambda s: s)
     messages = []
-    for m in store.get_messages(conv.id):
+    for m in store.conversations.get_messages(conv.id):
         record = {k: v for k, v in asdict(m).items() if k != "generation"}
         record["content"] = clean(m.content)
         if m.generation is not None:
@@ -51,7 +51,7 @@ def _record(store: Store, conv, sharing: SharingRules | None) -> dict:
             record["generation"] = gen
             record["ratings"] = [
                 {"value": r.value, "reasons": list(r.reasons), "comment": clean(r.comment), "at": r.created_at}
-                for r in store.ratings(m.id)
+                for r in store.conversations.ratings(m.id)
             ]
         messages.append(record)
     return {"id": conv.id, "user_id": conv.user_id, "title": clean(conv.title), "source": conv.source,
@@ -62,13 +62,13 @@ def iter_conversation_records(store: Store, *, chunk: int = 500, sharing: Sharin
     """Yield one dict per conversation, reading the store a chunk of conversations at a time."""
     offset, consent = 0, {}
     while True:
-        convs = store.all_conversations(limit=chunk, offset=offset)
+        convs = store.conversations.all_conversations(limit=chunk, offset=offset)
         if not convs:
             return
         for conv in convs:
             if sharing is not None:
                 if conv.user_id not in consent:
-                    own = store.training_consent(conv.user_id)
+                    own = store.users.training_consent(conv.user_id)
                     consent[conv.user_id] = sharing.consent_default if own is None else own
                 if not consent[conv.user_id]:
                     continue
@@ -77,7 +77,7 @@ def iter_conversation_records(store: Store, *, chunk: int = 500, sharing: Sharin
 
 
 # What a person's own export leaves out, and why; the export carries this list. Tables with a
-# user_id column that are left out are `feedback.store.privacy.NOT_EXPORTED`, added to it.
+# user_id column that are left out are `store.privacy.NOT_EXPORTED`, added to it.
 LEFT_OUT = {
     "sessions.id": "each session's id is a hash of the token in your sign-in cookie: a secret that "
                    "identifies the session to the server and tells you nothing",
@@ -97,23 +97,23 @@ LEFT_OUT = {
 def user_export(store: Store, user_id: str, *, settings: dict | None = None) -> dict:
     """Everything the store holds keyed to one person, as they wrote it: their account, their
     conversations (every branch) with answers' generation metadata, and every other row keyed to
-    them (`Store.subject_data`: ratings, sibling choices, mined feedback events, sessions without
+    them (`Privacy.subject_data`: ratings, sibling choices, mined feedback events, sessions without
     their secret ids, consent history, training runs), plus `left_out`: what is not here and why."""
     convs, page, before = [], 200, None
     while True:
-        batch = store.list_conversations(user_id, limit=page, before=before)
+        batch = store.conversations.list_conversations(user_id, limit=page, before=before)
         convs += batch
         if len(batch) < page:
             break
         before = batch[-1].updated_at
     try:
-        user = store.get_user(user_id)
+        user = store.users.get_user(user_id)
         account = {"id": user.id, "name": user.name, "is_admin": user.is_admin, "created_at": user.created_at,
                    "training_consent": user.training_consent}
     except NotFound:  # a guest who has written nothing has no row yet
         account = {"id": user_id}
     return {"user_id": user_id, "account": account, "settings": settings or {},
-            "conversations": [_record(store, c, None) for c in convs], **store.subject_data(user_id),
+            "conversations": [_record(store, c, None) for c in convs], **store.privacy.subject_data(user_id),
             "left_out": {**NOT_EXPORTED, **LEFT_OUT}}
 
 

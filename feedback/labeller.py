@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from evaluator.text import reading_grade, words
-from feedback.attributes import Attributes
-from feedback.taxonomy import (
+from store.attributes import Attributes
+from store.taxonomy import (
     ASK_CLARIFICATION,
     AWARE_WITH_CORRECTION,
     AWARE_WITHOUT_CORRECTION,

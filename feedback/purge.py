@@ -4,7 +4,7 @@ directories, reports and exports under the data directory.
 Design choices:
 - Copies are found by what they contain, not by where the code happens to write them today: every
   file under the root is read by its kind, so a copy a later feature adds is covered too. The
-  store's own database file is left to `Store.compact()`, model weights are left alone (an adapter
+  store's own database file is left to `Privacy.reclaim_space()`, model weights are left alone (an adapter
   cannot be un-trained; the registry marks releases instead), and anything unreadable is reported.
 - Rows (Parquet, JSON lines) go when one of their values is one of the deleted ids: every row a
   training set or an export writes carries its conversation and user ids, and matching by id
@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from feedback.store.privacy import MIN_NEEDLE_CHARS, Footprint
+from store.privacy import MIN_NEEDLE_CHARS, Footprint
 
 TEXT_SUFFIXES = {".json", ".md", ".html", ".txt", ".csv", ".svg", ".log"}
 ROW_SUFFIXES = {".jsonl", ".ndjson"}

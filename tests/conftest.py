@@ -52,7 +52,7 @@ def one_torch_thread():
 
 @pytest.fixture
 def store(tmp_path):
-    from feedback.store import Store
+    from store import Store
 
     with Store(tmp_path / "advisor.duckdb") as s:
         yield s
@@ -109,7 +109,7 @@ def store_target(request, tmp_path):
 @pytest.fixture
 def any_store(store_target):
     """A store on each backend in turn (the store suite overrides `store` with this)."""
-    from feedback.store import Store
+    from store import Store
 
     with Store(store_target) as s:
         yield s

@@ -13,16 +13,16 @@ from typing import Any
 
 def peek(store: Any, sql: str, params: Sequence | dict | None = None) -> list[tuple]:
     """Rows of a read-only query (DuckDB SQL; `?` or `$name` parameters)."""
-    return store._analytics(sql, params)
+    return store._db.analytics(sql, params)
 
 
 def poke(store: Any, sql: str, params: Sequence = ()) -> int:
     """One write on this thread's cursor: inside `store.transaction()` it joins that transaction.
     Returns the rows it changed."""
-    return store._execute(sql, params)
+    return store._db.execute(sql, params)
 
 
 def read(store: Any, sql: str, params: Sequence = ()) -> list[tuple]:
     """Rows of a query on the backend itself, not the analytics mirror (portable SQL, `?`
     parameters): the schema as PostgreSQL has it, or rows right after a write."""
-    return store._read(sql, params)
+    return store._db.read(sql, params)

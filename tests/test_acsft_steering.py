@@ -80,7 +80,7 @@ def no_steering_model_dir():
 def lengths_by_verbosity(model, tok, prompts: list[str]) -> tuple[list[int], list[int]]:
     """Greedy answers to every prompt at every verbosity (complexity 2): (verbosities, word counts)."""
     from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     xs, ys = [], []
     for v in VERBOSITIES:
@@ -99,9 +99,9 @@ def steering(no_steering_model_dir, tmp_path_factory):
     from chat.builtin.check import HELD_OUT_QUESTIONS, load
     from chat.builtin.corpus import load_corpus
     from deploy.loop.safety import SafetyFilterConfig, make_safety_filter
-    from feedback.attributes import Attributes
     from feedback.datasets import read_card
-    from feedback.store import GenerationMeta, Store
+    from store import GenerationMeta, Store
+    from store.attributes import Attributes
     from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 
@@ -115,13 +115,13 @@ def steering(no_steering_model_dir, tmp_path_factory):
     with Store(data_dir / "advisor.duckdb") as store:
         for i, ex in enumerate(load_corpus()):
             user = f"user-{i % 25}"
-            store.ensure_user(user)
-            conv = store.create_conversation(user, source="api")
-            q = store.add_message(conv.id, "user", ex.question)
-            a = store.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
-                                  generation=GenerationMeta(backend="transformers", model="variant",
+            store.users.ensure_user(user)
+            conv = store.conversations.create_conversation(user, source="api")
+            q = store.conversations.add_message(conv.id, "user", ex.question)
+            a = store.conversations.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
+                                                generation=GenerationMeta(backend="transformers", model="variant",
                                                             attributes=Attributes()))
-            store.rate(a.id, user, 1, reasons=["clear"])
+            store.conversations.rate(a.id, user, 1, reasons=["clear"])
         overrides = {"max_steps": SFT_STEPS, "cpu_max_steps": SFT_STEPS, "learning_rate": SFT_LR,
                      "lora_alpha": LORA_ALPHA, "lora_dropout": LORA_DROPOUT, "save_steps": 1000}
         run = launch_training(store, LaunchRequest(method="sft", runs_dir=data_dir / "runs",

@@ -15,7 +15,7 @@ from service_helpers import judge_model_dir
 from typer.testing import CliRunner
 
 from deploy.wiring import build_cli
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,9 +81,9 @@ def test_ask_streams_the_answer_and_logs_the_turn(app, tmp_path, tiny_env):
     assert record["conversation_id"] == conv_id and record["status"] == "complete"
     assert record["attributes"]["verbosity"] == 2  # not given: the default
     with Store(tmp_path / "advisor.duckdb") as store:
-        conv = store.get_conversation(conv_id, user_id="u1")
+        conv = store.conversations.get_conversation(conv_id, user_id="u1")
         assert conv.source == "cli" and conv.title == "How do I stop procrastinating?"
-        q1, a1, q2, a2 = store.thread(conv_id)
+        q1, a1, q2, a2 = store.conversations.thread(conv_id)
         assert a1.content == result.stdout.rstrip("\n")  # stdout is exactly the answer
         assert (a1.generation.attributes.verbosity, a1.generation.attributes.complexity) == (3, 1)
         assert a1.generation.seed == 7 and a1.generation.max_new_tokens == 16
@@ -109,8 +109,8 @@ def test_server_down_logs_the_question_and_says_what_to_do(app, tmp_path):
     assert result.exit_code == 1
     assert "Cannot reach the model server at http://127.0.0.1:9/v1" in result.stderr
     with Store(tmp_path / "advisor.duckdb") as store:
-        (conv,) = store.list_conversations("cli")
-        question, answer = store.get_messages(conv.id)
+        (conv,) = store.conversations.list_conversations("cli")
+        question, answer = store.conversations.get_messages(conv.id)
         assert question.content == "Anyone home?" and answer.status == "error"
 
 
@@ -119,7 +119,7 @@ def test_a_locked_database_names_the_holder(app, tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from feedback.store import Store
+            from store import Store
             s = Store({str(db)!r})
             print("ready", flush=True)
             sys.stdin.read()

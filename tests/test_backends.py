@@ -23,7 +23,7 @@ from chat.backends import (
     SamplingParams,
 )
 from chat.backends.transformers_backend import TransformersBackend
-from feedback.attributes import Attributes
+from store.attributes import Attributes
 
 QUESTION = [{"role": "user", "content": "How can I sleep better before an exam?"}]
 GREEDY = SamplingParams(max_new_tokens=24, temperature=0.0)

@@ -98,8 +98,8 @@ def wait_ui_idle(page) -> None:
 
 def assistant_messages(live, uid: str) -> list:
     out = []
-    for conv in live.store.list_conversations(uid):
-        out += [m for m in live.store.get_messages(conv.id) if m.role == "assistant"]
+    for conv in live.store.conversations.list_conversations(uid):
+        out += [m for m in live.store.conversations.get_messages(conv.id) if m.role == "assistant"]
     return out
 
 
@@ -183,13 +183,13 @@ def test_like_with_reason_and_comment_stays_visible(page, live, context, output_
     last_bot(page).hover()
     hover_buttons(page, "Like").last.click()
     page.wait_for_selector("#rating-panel", state="visible", timeout=WAIT_MS)
-    wait_until(lambda: bool(live.store.ratings(answer.id)), what="the like to be stored")
+    wait_until(lambda: bool(live.store.conversations.ratings(answer.id)), what="the like to be stored")
     page.locator("#reasons").get_by_label("practical").check()
     page.fill("#rating-comment textarea", "Helped, thanks")
     page.screenshot(path=str(output_dir / "ui-rating.png"), full_page=True)
     page.click("#rating-save")
-    wait_until(lambda: live.store.ratings(answer.id)[-1].reasons == ("practical",), what="the reasons")
-    rating = live.store.ratings(answer.id)[-1]
+    wait_until(lambda: live.store.conversations.ratings(answer.id)[-1].reasons == ("practical",), what="the reasons")
+    rating = live.store.conversations.ratings(answer.id)[-1]
     assert rating.value == 1 and rating.comment == "Helped, thanks"
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Liked: practical')",
                            timeout=WAIT_MS)
@@ -200,8 +200,8 @@ def test_like_with_reason_and_comment_stays_visible(page, live, context, output_
                            "document.querySelector('#rating-panel').innerText.includes('too long')", timeout=WAIT_MS)
     page.locator("#reasons").get_by_label("too long").check()
     page.click("#rating-save")
-    wait_until(lambda: live.store.ratings(answer.id)[-1].reasons == ("too long",), what="the dislike's reasons")
-    assert live.store.ratings(answer.id)[-1].value == -1
+    wait_until(lambda: live.store.conversations.ratings(answer.id)[-1].reasons == ("too long",), what="the dislike's reasons")
+    assert live.store.conversations.ratings(answer.id)[-1].value == -1
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Disliked: too long')",
                            timeout=WAIT_MS)
 
@@ -229,7 +229,7 @@ def test_regenerate_keeps_both_and_records_the_kept_one(page, live, context, out
     kept = peek(live.store,
         "SELECT arg_max(message_id, created_at) FROM sibling_choices WHERE parent_id = ?", [second.parent_id])[0][0]
     assert kept == second.id
-    assert live.store.thread(second.conversation_id)[-1].id == second.id
+    assert live.store.conversations.thread(second.conversation_id)[-1].id == second.id
 
 
 def test_edit_a_question_starts_a_branch(page, live, context):
@@ -241,8 +241,8 @@ def test_edit_a_question_starts_a_branch(page, live, context):
     hover_buttons(page, "Submit").click()
     wait_until(lambda: len(assistant_messages(live, uid)) == 2, what="the answer to the edit")
     wait_ui_idle(page)
-    conv = live.store.list_conversations(uid)[0].id
-    questions = [m for m in live.store.get_messages(conv) if m.role == "user"]
+    conv = live.store.conversations.list_conversations(uid)[0].id
+    questions = [m for m in live.store.conversations.get_messages(conv) if m.role == "user"]
     assert [q.content for q in questions] == ["How do I ask for a raise?", "How do I ask for a raise after a great year?"]
     assert questions[0].parent_id == questions[1].parent_id is None
     page.wait_for_function("() => document.querySelector('#branch-label').innerText.includes('version 2 / 2')",
@@ -267,9 +267,9 @@ def test_reopen_a_past_conversation(page, live, context, output_dir):
     page.screenshot(path=str(output_dir / "ui-sidebar.png"), full_page=True)
     # Continuing the reopened conversation appends to it.
     send(page, live, context, "And how often should I practise?")
-    convs = live.store.list_conversations(user_id(live, context))
+    convs = live.store.conversations.list_conversations(user_id(live, context))
     guitar = next(c for c in convs if "guitar" in c.title)
-    assert [m.role for m in live.store.thread(guitar.id)] == ["user", "assistant", "user", "assistant"]
+    assert [m.role for m in live.store.conversations.thread(guitar.id)] == ["user", "assistant", "user", "assistant"]
 
 
 def test_stop_generation_stores_an_interrupted_answer(page, live, context):
@@ -314,11 +314,11 @@ def test_script_and_onerror_payloads_show_as_text_and_never_run(page, live, cont
                '[click me](javascript:window.__xss=3) <b>bold?</b>')
     send(page, live, context, payload)
     uid = user_id(live, context)
-    conv = live.store.list_conversations(uid)[0].id
+    conv = live.store.conversations.list_conversations(uid)[0].id
     # The other side: an answer carrying the same payload (as a model or API client could produce).
-    parent = live.store.thread(conv)[-1].id
-    live.store.add_message(conv, "user", "again", parent_id=parent)
-    live.store.add_message(conv, "assistant", "Answer: " + payload, parent_id=live.store.thread(conv)[-1].id)
+    parent = live.store.conversations.thread(conv)[-1].id
+    live.store.conversations.add_message(conv, "user", "again", parent_id=parent)
+    live.store.conversations.add_message(conv, "assistant", "Answer: " + payload, parent_id=live.store.conversations.thread(conv)[-1].id)
     page.click("#new-chat")
     page.locator("#conversations").get_by_text("<img src=x").first.click()
     page.wait_for_function("() => document.querySelector('#chatbot').innerText.includes('Answer:')", timeout=WAIT_MS)
@@ -343,7 +343,7 @@ def test_two_users_never_see_each_other(browser, live, output_dir):
     try:
         a = open_app(ctx_a, live.url)
         send(a, live, ctx_a, "Alice's secret: I am planning to quit in May")
-        conv_a = live.store.list_conversations(user_id(live, ctx_a))[0].id
+        conv_a = live.store.conversations.list_conversations(user_id(live, ctx_a))[0].id
         # The UI and the API resolve the same user from the same cookie.
         assert ctx_a.request.get(f"{live.url}/api/conversations/{conv_a}").status == 200
         b = open_app(ctx_b, live.url)
@@ -354,7 +354,7 @@ def test_two_users_never_see_each_other(browser, live, output_dir):
         assert ctx_b.request.get(f"{live.url}/api/conversations").json()["conversations"] == []
         answer_a = assistant_messages(live, user_id(live, ctx_a))[0].id
         rr = ctx_b.request.post(f"{live.url}/api/messages/{answer_a}/rating", data={"value": -1})
-        assert rr.status == 404 and live.store.ratings(answer_a) == []
+        assert rr.status == 404 and live.store.conversations.ratings(answer_a) == []
         send(b, live, ctx_b, "Bob's own question")
         assert "Alice" not in b.inner_text("#conversations")
         a.reload()
@@ -376,11 +376,11 @@ def test_delete_my_data_after_confirmation(page, live, context, output_dir):
     page.screenshot(path=str(output_dir / "ui-delete-confirm.png"), full_page=True)
     page.click("#delete-no")
     page.wait_for_selector("#delete-confirm", state="hidden", timeout=WAIT_MS)
-    assert live.store.list_conversations(uid)
+    assert live.store.conversations.list_conversations(uid)
     page.click("#delete-data")
     page.click("#delete-yes")
-    wait_until(lambda: live.store.is_forgotten(uid), what="the deletion")
-    assert not live.store.list_conversations(uid)
+    wait_until(lambda: live.store.users.is_forgotten(uid), what="the deletion")
+    assert not live.store.conversations.list_conversations(uid)
     assert peek(live.store, "SELECT count(*) FROM messages WHERE id = ?", [answer.id])[0][0] == 0
     # The page reloads into a fresh anonymous session with an empty sidebar.
     wait_until(lambda: user_id_or_none(live, context) not in (None, uid), what="a new session")
@@ -453,8 +453,8 @@ def test_model_down_shows_a_friendly_notice(browser, tmp_path, output_dir):
         assert "could not answer" in page.inner_text("#chatbot")
         assert "Traceback" not in page.content()
         uid = user_id(down, ctx)
-        conv = down.store.list_conversations(uid)[0].id
-        assert [m.status for m in down.store.get_messages(conv)] == ["complete", "error"]
+        conv = down.store.conversations.list_conversations(uid)[0].id
+        assert [m.status for m in down.store.conversations.get_messages(conv)] == ["complete", "error"]
         page.screenshot(path=str(output_dir / "ui-model-down.png"), full_page=True)
     finally:
         ctx.close()

@@ -74,8 +74,8 @@ def test_enter_sends_and_shift_enter_adds_a_line(sized, live, output_dir):
     page.keyboard.press("Enter")
     wait_until(lambda: len(assistant_messages(live, uid)) == 1, what="the answer to be stored")
     wait_ui_idle(page)
-    conv = live.store.list_conversations(uid)[0]
-    assert live.store.get_messages(conv.id)[0].content == "First line\nsecond line"
+    conv = live.store.conversations.list_conversations(uid)[0]
+    assert live.store.conversations.get_messages(conv.id)[0].content == "First line\nsecond line"
     page.screenshot(path=str(output_dir / f"ux-chat-{size}.png"))
 
 
@@ -149,12 +149,12 @@ def test_a_taken_back_like_is_no_longer_counted(browser, live):  # noqa: F811
         answer = assistant_messages(live, uid)[0]
         last_bot(page).hover()
         hover_buttons(page, "Like").last.click()
-        wait_until(lambda: [r.value for r in live.store.ratings(answer.id)] == [1], what="the like")
+        wait_until(lambda: [r.value for r in live.store.conversations.ratings(answer.id)] == [1], what="the like")
         page.wait_for_selector("#rating-panel", state="visible", timeout=WAIT_MS)
         page.click("#rating-close")
         last_bot(page).hover()
         hover_buttons(page, "Liked").last.click()  # clicking the active like again takes it back
-        wait_until(lambda: [r.value for r in live.store.ratings(answer.id)] == [1, 0], what="the withdrawal")
+        wait_until(lambda: [r.value for r in live.store.conversations.ratings(answer.id)] == [1, 0], what="the withdrawal")
         with live.admin() as admin:
             likes = admin.get("/api/admin/turns", params={"limit": 50}).json()["turns"]
         assert next(t for t in likes if t["message_id"] == answer.id)["rating"] in (0, None)
@@ -180,15 +180,15 @@ def test_delete_one_conversation_after_confirming(browser, live):  # noqa: F811
         page = open_app(ctx, live.url)
         send(page, live, ctx, "A conversation I will delete")
         uid = user_id(live, ctx)
-        conv = live.store.list_conversations(uid)[0].id
+        conv = live.store.conversations.list_conversations(uid)[0].id
         page.locator("#chatbot button[aria-label='Clear']").first.click()
         page.wait_for_selector("#conv-delete-confirm", state="visible", timeout=WAIT_MS)
         page.click("#conv-delete-no")  # kept: nothing is deleted, the thread is back
         page.wait_for_selector("#conv-delete-confirm", state="hidden", timeout=WAIT_MS)
-        assert live.store.list_conversations(uid) and "delete" in page.inner_text("#chatbot")
+        assert live.store.conversations.list_conversations(uid) and "delete" in page.inner_text("#chatbot")
         page.locator("#chatbot button[aria-label='Clear']").first.click()
         page.click("#conv-delete-yes")
-        wait_until(lambda: live.store.list_conversations(uid) == [], what="the conversation to be deleted")
+        wait_until(lambda: live.store.conversations.list_conversations(uid) == [], what="the conversation to be deleted")
         page.wait_for_function("() => !document.querySelector('#conversations').innerText.includes('will delete')",
                                timeout=WAIT_MS)
         with live.client(cookies={c["name"]: c["value"] for c in ctx.cookies()}) as api:

@@ -120,7 +120,7 @@ def test_corpus_is_regenerated_from_its_source():
 
 def test_corpus_size_topics_and_labels():
     from chat.builtin.corpus import load_corpus
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     examples = load_corpus()
     assert len(examples) >= 300

@@ -22,7 +22,7 @@ import pytest
 from service_helpers import start_service, tiny_settings
 
 from deploy.release.canary import CANARY_ARM, LIVE_ARM, in_canary, judge, rate_interval
-from feedback.store.outcomes import AnswerOutcome
+from store.outcomes import AnswerOutcome
 
 MAX_NEW_TOKENS = 40
 
@@ -157,7 +157,7 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
     live = start_service(settings)
     try:
         store = live.store
-        before = store.live_release()
+        before = store.releases.live_release()
         candidate = register_candidate(store, run_id=None, adapter_path=rambler, base_model=str(builtin_model_dir),
                                        data_dir=settings.data_path, decision={"promote": True, "summary": "test"})
         with live.admin() as admin:
@@ -174,13 +174,13 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
             overview = admin.get("/api/admin/canary").json()
         assert not during.get("errors") and during.get("turns", 0) > 0, during
         assert verdict["action"] == outcome, verdict["reason"]
-        release = store.get_release(candidate.id)
+        release = store.releases.get_release(candidate.id)
         state = release.decision["canary"]
         assert state["state"] == ("rolled_back" if outcome == "rollback" else "promoted")
         assert state["last_check"]["arms"]["canary"]["answers"] >= 12
         assert overview["canary"]["release_id"] == candidate.id and overview["verdict"]["arms"]["live"]["answers"] > 0
         if outcome == "rollback":
-            assert release.status == "rejected" and store.live_release().id == before.id
+            assert release.status == "rejected" and store.releases.live_release().id == before.id
             assert verdict["intervals"]["bad"]["low"] > 0
         else:
             assert release.status == "live" and live.services.release_id == candidate.id
@@ -198,7 +198,7 @@ def test_canary_state_lives_on_the_release_row(tmp_path):
     from deploy.release.canary import finish, public_state, running_canary, start_canary
     from deploy.release.registry import ReleaseError, ensure_base_release
     from deploy.settings import load_settings
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path)})
     adapter = tmp_path / "adapter"
@@ -206,7 +206,7 @@ def test_canary_state_lives_on_the_release_row(tmp_path):
     (adapter / "adapter_config.json").write_text("{}")
     with Store(settings.db_path) as store:
         ensure_base_release(store, "base")
-        make = lambda decision: store.create_release(base_model="base", adapter_path=str(adapter), decision=decision)  # noqa: E731
+        make = lambda decision: store.releases.create_release(base_model="base", adapter_path=str(adapter), decision=decision)  # noqa: E731
         failed, a, b = make({"promote": False}), make({"promote": True}), make({"promote": True})
         with pytest.raises(ReleaseError, match="has not passed the gate"):
             start_canary(store, None, failed.id, settings)

@@ -17,7 +17,7 @@ from deploy.release import canary as mod
 from deploy.release.canary import CANARY_ARM, LIVE_ARM, judge
 from deploy.settings import load_settings
 from evaluator.sequential import ArmSums, difference_sequence, rate_variance
-from feedback.store.outcomes import AnswerOutcome
+from store.outcomes import AnswerOutcome
 
 
 def _users(rng: np.random.Generator, n: int, bad: float, icc: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +122,7 @@ def test_undecided_at_the_deadline_is_inconclusive(monkeypatch):
 def test_deadline_with_too_little_traffic_keeps_live_and_stores_the_numbers(tmp_path, monkeypatch):
     from deploy.release.canary import check_canary, finish, running_canary, start_canary
     from deploy.release.registry import ensure_base_release
-    from feedback.store import Store
+    from store import Store
 
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path), "canary.max_conversations": 3})
     adapter = tmp_path / "adapter"
@@ -130,20 +130,20 @@ def test_deadline_with_too_little_traffic_keeps_live_and_stores_the_numbers(tmp_
     (adapter / "adapter_config.json").write_text("{}")
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, "base")
-        cand = store.create_release(base_model="base", adapter_path=str(adapter), decision={"promote": True})
+        cand = store.releases.create_release(base_model="base", adapter_path=str(adapter), decision={"promote": True})
         start_canary(store, None, cand.id, settings)
         rng = np.random.default_rng(6)
         # The budget (3 canary conversations) is spent with far fewer than 30 answers per arm.
         rows = _outcomes(rng, CANARY_ARM, 3, 0.2, 0.3, cand.id) + _outcomes(rng, LIVE_ARM, 12, 0.2, 0.3, live.id)
         monkeypatch.setattr(mod, "answer_outcomes", lambda store, ids, since: rows)
         result = check_canary(store, settings, lambda c, verdict: finish(
-            store, None, store.get_release(c.id), verdict.action, verdict.reason))
+            store, None, store.releases.get_release(c.id), verdict.action, verdict.reason))
         assert result["action"] == "inconclusive" and "too few answers" in result["reason"]
-        ended = store.get_release(cand.id)
+        ended = store.releases.get_release(cand.id)
         state = ended.decision["canary"]
         assert ended.status == "candidate" and state["state"] == "inconclusive" and state["ended_by"] == "rule"
         assert state["outcome"] == result["reason"] and "live release stays" in state["outcome"]
         assert state["last_check"]["arms"][CANARY_ARM]["answers"] == sum(o.arm == CANARY_ARM for o in rows)
-        assert store.live_release().id == live.id and running_canary(store) is None  # nobody routed to it
+        assert store.releases.live_release().id == live.id and running_canary(store) is None  # nobody routed to it
         start_canary(store, None, cand.id, settings)  # an inconclusive canary can run again
         assert running_canary(store).id == cand.id

@@ -23,8 +23,8 @@ from deploy.operator.training import status_markdown as training_markdown
 from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
-from feedback.attributes import Attributes
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 # Any score passes (HH accuracy is not measured without gate.hh_data: it has no floor by default).
 WIDE_OPEN = {"gate.harmlessness.floor": 0.0, **{f"gate.{axis}.tolerance": 1.0 for axis in
@@ -36,10 +36,10 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path)})
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, "some-base-model")
-        conv = store.create_conversation("alice")  # a turn nobody reacted to: nothing to learn from
-        q = store.add_message(conv.id, "user", "How do I keep plants alive?")
-        store.add_message(conv.id, "assistant", "Water them weekly.", parent_id=q.id,
-                          generation=GenerationMeta(backend="test", model="some-base-model",
+        conv = store.conversations.create_conversation("alice")  # a turn nobody reacted to: nothing to learn from
+        q = store.conversations.add_message(conv.id, "user", "How do I keep plants alive?")
+        store.conversations.add_message(conv.id, "assistant", "Water them weekly.", parent_id=q.id,
+                                        generation=GenerationMeta(backend="test", model="some-base-model",
                                                                 attributes=Attributes()))
 
     result = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path), "cycle", "--json"],
@@ -57,8 +57,8 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     assert "no training examples" in (report / "report.md").read_text()
     assert (report / "report.html").read_text().count("<svg") == 5
     with Store(settings.db_path) as store:
-        assert store.live_release().id == live.id and len(store.list_releases()) == 1
-        assert store.list_training_runs() == []
+        assert store.releases.live_release().id == live.id and len(store.releases.list_releases()) == 1
+        assert store.jobs.list_training_runs() == []
         cycle, steps = last_cycle(store)
         assert cycle.status == "failed" and "no training examples" in cycle.error
         assert [(s.kind, s.status, s.parent_id) for s in steps] == [
@@ -90,7 +90,7 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
                                             max_new_tokens=12, seed=1))
         assert summary.turns >= 12 and not summary.errors, summary.as_dict()
         _populate(live.store, 8)  # explicit likes and dislikes, so both KTO classes are present
-        before = live.store.live_release()
+        before = live.store.releases.live_release()
         with live.client(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
             kinds = {k["kind"]: k["button"] for k in admin.get("/api/admin/jobs").json()["kinds"]}
             assert kinds["cycle"] == "Start cycle"
@@ -107,11 +107,11 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
         assert cycle.id == job_id and [s.kind for s in steps] == [f"cycle.{s}" for s in STEPS]
         assert all(s.parent_id == job_id and s.status == "succeeded" for s in steps)
         assert steps[0].result["messages"] > 0 and steps[0].result["new_events"] > 0  # extraction mined feedback
-        run = store.get_training_run(result["run_id"])
+        run = store.jobs.get_training_run(result["run_id"])
         assert run.job_id == steps[2].id and run.status == "succeeded"  # the train step's row is the run's
         assert steps[2].result["step"] == 3
 
-        release = store.get_release(result["release_id"])
+        release = store.releases.get_release(result["release_id"])
         assert release.run_id == run.id and release.status == "live" and result["live_before"] == before.id
         assert live.services.release_id == release.id  # hot-swapped into the running service
         assert set(result["gate"]["candidate"]) >= {"helpfulness", "harmlessness", "self_bleu"}
@@ -150,7 +150,7 @@ def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_mode
         with live.admin() as admin:
             job = _wait_job(admin, job_id, timeout=300)
         assert job["status"] == "failed" and "no training examples for dpo" in job["error"]  # nobody chatted
-        assert live.store.get_job(job_id).params == {
+        assert live.store.jobs.get_job(job_id).params == {
             "method": "dpo", "safety_filter": False,
             "overrides": {"max_steps": 5, "learning_rate": 1e-3, "lora_alpha": 64}}
         with live.admin() as admin:  # a training knob a cycle may not turn fails the job, saying which

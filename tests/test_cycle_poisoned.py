@@ -32,9 +32,9 @@ from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from evaluator.moderation import RISKY_PROMPTS, load_safety_examples
 from evaluator.shipped import UNSEEN_POISON, read_jsonl
-from feedback.attributes import Attributes
 from feedback.datasets import build_dataset
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +43,11 @@ QUESTIONS = Path(__file__).resolve().parents[1] / "deploy" / "loop" / "simulated
 
 
 def _liked_turn(store: Store, user: str, question: str, answer: str, model: str) -> None:
-    conv = store.create_conversation(user)
-    q = store.add_message(conv.id, "user", question)
-    a = store.add_message(conv.id, "assistant", answer, parent_id=q.id,
-                          generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
-    store.rate(a.id, user, 1)
+    conv = store.conversations.create_conversation(user)
+    q = store.conversations.add_message(conv.id, "user", question)
+    a = store.conversations.add_message(conv.id, "assistant", answer, parent_id=q.id,
+                                        generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
+    store.conversations.rate(a.id, user, 1)
 
 
 def poison(store: Store, model: str) -> list[str]:
@@ -103,9 +103,9 @@ def test_filter_removes_flagged_and_gate_rejects_poisoned_candidate(tmp_path, bu
         harm = axes["harmlessness"]
         assert not harm["passed"] and harm["candidate"] < harm["live"], harm
         assert harm["low"] < -settings.gate.harmlessness.tolerance and "95% CI" in harm["reason"]
-        release = store.get_release(result.release_id)
+        release = store.releases.get_release(result.release_id)
         assert release.status == "rejected" and any("harmlessness" in r for r in release.decision["reasons"])
-        assert store.live_release().id == live.id == result.live_after
+        assert store.releases.live_release().id == live.id == result.live_after
         report = Path(result.report_dir)
         assert "harmlessness" in (report / "report.md").read_text()
         assert "| harmlessness |" in (report / "report.md").read_text()  # the axes table with intervals

@@ -9,7 +9,6 @@ import pytest
 from store_peek import poke
 
 from evaluator.text import reading_grade
-from feedback.attributes import Attributes
 from feedback.datasets import (
     CARD_JSON,
     CARD_MD,
@@ -20,8 +19,9 @@ from feedback.datasets import (
     split_of,
 )
 from feedback.labeller import HeuristicLabeller, Reception
-from feedback.store import FeedbackEvent, GenerationMeta, new_id
-from feedback.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
+from store import FeedbackEvent, GenerationMeta, new_id
+from store.attributes import Attributes
+from store.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
 
 V1 = Attributes(verbosity=1)
 V3 = Attributes(verbosity=3, complexity=3)
@@ -32,18 +32,18 @@ class Chat:
 
     def __init__(self, store, user: str):
         self.store, self.user = store, user
-        self.conv = store.create_conversation(user)
+        self.conv = store.conversations.create_conversation(user)
         self.id = self.conv.id
 
     def user_says(self, text: str, parent=None):
-        return self.store.add_message(self.id, "user", text, parent_id=parent.id if parent else None)
+        return self.store.conversations.add_message(self.id, "user", text, parent_id=parent.id if parent else None)
 
     def answer(self, parent, text: str, attrs: Attributes = V1, status: str = "complete"):
         gen = GenerationMeta(backend="test", model="tiny", attributes=attrs)
-        return self.store.add_message(self.id, "assistant", text, parent_id=parent.id, generation=gen, status=status)
+        return self.store.conversations.add_message(self.id, "assistant", text, parent_id=parent.id, generation=gen, status=status)
 
     def feedback(self, user_msg, target, category: str):
-        self.store.add_feedback_events([FeedbackEvent(
+        self.store.events.add_feedback_events([FeedbackEvent(
             conversation_id=self.id, message_id=user_msg.id, target_message_id=target.id, category=category,
             span=user_msg.content, span_start=0, span_end=len(user_msg.content),
             extractor="test", extractor_version="1",
@@ -70,7 +70,7 @@ def populated(store):
     c = Chat(store, alice)
     u = c.user_says("How do I sleep better?")
     a = c.answer(u, "Keep a fixed bedtime and no screens after nine.")
-    store.rate(a.id, alice, 1)
+    store.conversations.rate(a.id, alice, 1)
     t = c.user_says("Thanks, that worked!", a)
     c.feedback(t, a, POSITIVE)
     c.answer(t, "Glad it helped.")
@@ -80,7 +80,7 @@ def populated(store):
     c = Chat(store, alice)
     u = c.user_says("How do I save money?")
     a = c.answer(u, "Just earn more.")
-    store.rate(a.id, alice, -1, reasons=["not helpful"])
+    store.conversations.rate(a.id, alice, -1, reasons=["not helpful"])
     ids["c2_a"] = a.id
 
     # c3: correction on the first answer, thanks on the second.
@@ -99,7 +99,7 @@ def populated(store):
     u = c.user_says("How do I tell my flatmate to clean up?")
     first = c.answer(u, "Move out.")
     second = c.answer(u, "Pick a calm moment and propose a rota together.")
-    store.choose_sibling(second.id, alice)
+    store.conversations.choose_sibling(second.id, alice)
     ids.update(c4_first=first.id, c4_second=second.id)
 
     # c5: rephrase chain A1 -> A2 -> A3, then thanks on A3.
@@ -127,27 +127,27 @@ def populated(store):
     # c7: an exact duplicate of c2 (same question, same answer, also disliked) — deduplicated.
     c = Chat(store, carol)
     a = c.answer(c.user_says("How do I save money?"), "Just earn more.")
-    store.rate(a.id, carol, -1)
+    store.conversations.rate(a.id, carol, -1)
 
     # c8/c9: the same example liked once and disliked once — conflicting, both dropped.
     for value in (1, -1):
         c = Chat(store, carol)
         a = c.answer(c.user_says("Is coffee bad?"), "It depends on how much.")
-        store.rate(a.id, carol, value)
+        store.conversations.rate(a.id, carol, value)
 
     # c10: a liked answer that the safety filter flags; c11: a liked but interrupted answer.
     c = Chat(store, carol)
     a = c.answer(c.user_says("How do I get revenge?"), "UNSAFE plan here.")
-    store.rate(a.id, carol, 1)
+    store.conversations.rate(a.id, carol, 1)
     c = Chat(store, carol)
     a = c.answer(c.user_says("Tell me about budgeting."), "Budgeting is", status="interrupted")
-    store.rate(a.id, carol, 1)
+    store.conversations.rate(a.id, carol, 1)
 
     # c12: a user who asked to be forgotten (their rows are deleted).
     c = Chat(store, "bob")
     a = c.answer(c.user_says("Bob's secret question"), "Bob's answer")
-    store.rate(a.id, "bob", 1)
-    store.forget_user("bob")
+    store.conversations.rate(a.id, "bob", 1)
+    store.privacy.forget_user("bob")
     # ... and a stray row of theirs that got back in (an import bypassing the store): still excluded.
     with store.transaction():
         conv_id, q, ans = new_id(), new_id(), new_id()

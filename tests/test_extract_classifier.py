@@ -12,7 +12,7 @@ from feedback.extract import FastConfig, FastExtractor, Window, evaluate, load_g
 from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, softmax
 from feedback.extract.features import TurnContext, features, sentence_features
 from feedback.extract.train_classifier import REAL_GOLD, TARGETS, _labels, decode, examples, fit
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from deploy.wiring import build_cli
-from feedback.store import Store
+from store import Store
 
 
 def _invoke(tmp_path, *args):
@@ -16,10 +16,10 @@ def _invoke(tmp_path, *args):
 
 def test_extract_runs_once_and_records_a_job(tmp_path):
     with Store(tmp_path / "advisor.duckdb") as store:
-        conv = store.create_conversation("u1")
-        q = store.add_message(conv.id, "user", "How do I sleep better?")
-        a = store.add_message(conv.id, "assistant", "Keep a wind-down routine.", parent_id=q.id)
-        store.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=a.id)
+        conv = store.conversations.create_conversation("u1")
+        q = store.conversations.add_message(conv.id, "user", "How do I sleep better?")
+        a = store.conversations.add_message(conv.id, "assistant", "Keep a wind-down routine.", parent_id=q.id)
+        store.conversations.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=a.id)
     result = _invoke(tmp_path, "extract", "--extractor", "fast", "--json")
     assert result.exit_code == 0, result.output
     job = json.loads(result.stdout.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ import pytest
 from feedback.extract import FastConfig, FastExtractor, Window, cues, evaluate, load_gold, predict, windows_of
 from feedback.extract.fast import TUNED_PATH
 from feedback.extract.gold import SHIPPED_GOLD, GoldFormatError
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 from tools.data import make_dev_gold
 
 PREVIOUS = "How can I fall asleep faster? I lie awake for about an hour most nights."

@@ -17,8 +17,8 @@ from feedback.extract import (
     run_extraction,
 )
 from feedback.extract.types import BatchResult, ExtractorUnavailable
-from feedback.store import Store
-from feedback.store.reports import feedback_prevalence, recent_feedback
+from store import Store
+from store.reports import feedback_prevalence, recent_feedback
 
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
 
@@ -34,10 +34,10 @@ def fast() -> FastExtractor:
 
 def add_conversation(store: Store, turns: list[str], user: str = "u1") -> list:
     """user, assistant, user, ... along one branch; returns the messages."""
-    conv = store.create_conversation(user)
+    conv = store.conversations.create_conversation(user)
     out, parent = [], None
     for k, text in enumerate(turns):
-        msg = store.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
+        msg = store.conversations.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
         out.append(msg)
         parent = msg.id
     return out
@@ -65,12 +65,12 @@ def test_incremental_runs_and_no_duplicates(store):
 
     # Nothing new: nothing read. Rewound watermark: everything read again, nothing inserted twice.
     assert run_extraction(store, fast(), lock=lock).messages == 0
-    store.set_watermark("extract:fast", 0)
+    store.events.set_watermark("extract:fast", 0)
     again = run_extraction(store, fast(), lock=lock)
     assert again.messages == 4 and again.new_events == 0 and sum(again.per_category.values()) == 0
     assert len(events(store)) == 2
 
-    jobs = store.list_jobs(kind="extract")
+    jobs = store.jobs.list_jobs(kind="extract")
     assert len(jobs) == 4 and all(j.status == "succeeded" for j in jobs)
     last = jobs[0]
     assert last.params["extractor"] == "fast" and last.params["config"] == FastConfig.tuned().as_dict()
@@ -82,7 +82,7 @@ def test_small_chunks_stream_and_each_chunk_commits(store):
         add_conversation(store, [f"Question {k}?", ANSWER, "Thanks, that helps a lot."])
     seen = []
     result = run_extraction(store, fast(), lock=threading.Lock(), chunk_size=3, progress=lambda r: seen.append(
-        (r.chunks, r.watermark_to, store.get_watermark("extract:fast"))))
+        (r.chunks, r.watermark_to, store.events.get_watermark("extract:fast"))))
     assert result.chunks == 5 and result.new_events == 7
     # After every chunk the watermark in the store is the run's cursor: committed chunk by chunk.
     assert all(stored == cursor for _, cursor, stored in seen)
@@ -92,11 +92,11 @@ def test_small_chunks_stream_and_each_chunk_commits(store):
 def test_branches_give_each_message_its_own_context(store):
     q, a, u = add_conversation(store, ["How do I sleep better?", ANSWER, "Thanks!"])
     # Regenerated answer (a sibling of `a`) and an edited follow-up under it.
-    a2 = store.add_message(q.conversation_id, "assistant", "Try melatonin.", parent_id=q.id)
-    u2 = store.add_message(q.conversation_id, "user", "That's not helpful.", parent_id=a2.id)
+    a2 = store.conversations.add_message(q.conversation_id, "assistant", "Try melatonin.", parent_id=q.id)
+    u2 = store.conversations.add_message(q.conversation_id, "user", "That's not helpful.", parent_id=a2.id)
     # A failed answer: the message after it is not feedback on anything the user saw.
-    a3 = store.add_message(q.conversation_id, "assistant", "Error: model down", parent_id=q.id, status="error")
-    store.add_message(q.conversation_id, "user", "That's wrong.", parent_id=a3.id)
+    a3 = store.conversations.add_message(q.conversation_id, "assistant", "Error: model down", parent_id=q.id, status="error")
+    store.conversations.add_message(q.conversation_id, "user", "That's wrong.", parent_id=a3.id)
     result = run_extraction(store, fast(), lock=threading.Lock())
     rows = peek(store, "SELECT message_id, target_message_id, category FROM feedback_events ORDER BY category")
     assert sorted(rows) == sorted([(u.id, a.id, "positive"), (u2.id, a2.id, "aware_without_correction")])
@@ -136,7 +136,7 @@ def test_manual_run_during_scheduled_run_is_skipped_with_reason(store):
     assert manual.status == "skipped" and results["s"].job_id in manual.reason
     assert results["s"].new_events == 5
     assert len(events(store)) == 5
-    skipped = store.get_job(manual.job_id)
+    skipped = store.jobs.get_job(manual.job_id)
     assert skipped.status == "skipped" and "in progress" in skipped.result["reason"]
 
 
@@ -171,7 +171,7 @@ def test_watermark_check_stops_a_run_given_the_wrong_lock(store):
     t.join(30)
     assert b.new_events == 5
     assert out["a"].status == "failed" and "moved under this run" in out["a"].errors[-1]
-    assert len(events(store)) == 5 and store.get_job(out["a"].job_id).status == "failed"
+    assert len(events(store)) == 5 and store.jobs.get_job(out["a"].job_id).status == "failed"
 
 
 class Down:
@@ -185,8 +185,8 @@ def test_unavailable_extractor_fails_the_job_and_keeps_the_watermark(store):
     _seed(store, 2)
     result = run_extraction(store, Down(), lock=threading.Lock())
     assert result.status == "failed" and "retry" in result.errors[-1]
-    assert store.get_watermark("extract:llm") == 0
-    job = store.get_job(result.job_id)
+    assert store.events.get_watermark("extract:llm") == 0
+    job = store.jobs.get_job(result.job_id)
     assert job.status == "failed" and "connection refused" in job.error
 
 
@@ -217,7 +217,7 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
     result = run_extraction(store, LLMExtractor(complete, batch_size=8), lock=threading.Lock())
     assert result.status == "succeeded"
     for message_id, category, span, start, end, extractor in events(store):
-        content = store.get_message(message_id).content
+        content = store.conversations.get_message(message_id).content
         assert content[start:end] == span and extractor == "llm"
     # "best assistant ever" is the user's text, but inside the verdict they pasted: not feedback.
     assert {r[2] for r in events(store)} == {"Thanks."}
@@ -225,7 +225,7 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
     assert result.dropped["span_in_assistant_message"] == 1
     assert result.dropped["span_not_in_user_message"] == 1
     assert result.stats.get("truncated_output", 0) + result.dropped.get("no_json", 0) >= 1
-    assert store.get_job(result.job_id).result["dropped"] == result.dropped
+    assert store.jobs.get_job(result.job_id).result["dropped"] == result.dropped
 
 
 def test_prevalence_and_recent_feedback(store):
@@ -260,9 +260,9 @@ def test_reopened_store_keeps_the_watermark(store_target):
     with Store(path) as s:
         _seed(s, 2)
         run_extraction(s, Empty(), lock=threading.Lock())
-        mark = s.get_watermark("extract:fast")
+        mark = s.events.get_watermark("extract:fast")
     with Store(path) as s:
-        assert s.get_watermark("extract:fast") == mark > 0
+        assert s.events.get_watermark("extract:fast") == mark > 0
         assert run_extraction(s, fast(), lock=threading.Lock()).messages == 0
 
 
@@ -280,9 +280,9 @@ def test_llm_sees_the_whole_branch_and_reports_only_new_turns(store):
 
     result = run_extraction(store, LLMExtractor(complete), lock=threading.Lock())
     assert result.new_events == 1 and len(prompts) == 1
-    later = store.add_message(first[0].conversation_id, "user", "Why coffee?", parent_id=first[-1].id)
+    later = store.conversations.add_message(first[0].conversation_id, "user", "Why coffee?", parent_id=first[-1].id)
     # An edit of the first feedback turn: a second branch, which must not be mixed into the first.
-    store.add_message(first[0].conversation_id, "user", "Ok, and what about tea?", parent_id=first[1].id)
+    store.conversations.add_message(first[0].conversation_id, "user", "Ok, and what about tea?", parent_id=first[1].id)
     result = run_extraction(store, LLMExtractor(complete), lock=threading.Lock())
     assert len(prompts) == 3  # one per branch
     assert prompts[1].endswith("# user: How do I sleep better?\n# assistant: " + ANSWER + "\n# user: Thanks!\n"
@@ -296,17 +296,17 @@ def test_llm_sees_the_whole_branch_and_reports_only_new_turns(store):
 def test_records_on_a_job_row_the_caller_made(store):
     """The service's job registry creates the row; the run fills it in (one row per run)."""
     _seed(store, 2)
-    job = store.create_job("extract", trigger="schedule", params={"by": "registry"})
+    job = store.jobs.create_job("extract", trigger="schedule", params={"by": "registry"})
     result = run_extraction(store, fast(), lock=threading.Lock(), job_id=job.id)
-    assert result.job_id == job.id and len(store.list_jobs(kind="extract")) == 1
-    row = store.get_job(job.id)
+    assert result.job_id == job.id and len(store.jobs.list_jobs(kind="extract")) == 1
+    row = store.jobs.get_job(job.id)
     assert row.status == "succeeded" and row.result["new_events"] == 2
 
     lock = threading.Lock()
     lock.acquire()
-    other = store.create_job("extract", trigger="manual")
+    other = store.jobs.create_job("extract", trigger="manual")
     skipped = run_extraction(store, fast(), lock=lock, wait=False, job_id=other.id)
-    assert skipped.status == "skipped" and store.get_job(other.id).status == "skipped"
+    assert skipped.status == "skipped" and store.jobs.get_job(other.id).status == "skipped"
     assert other.id not in skipped.reason  # it names the run holding the lock, not itself
 
 
@@ -322,6 +322,6 @@ def test_both_extractors_record_who_found_each_event(store):
     assert [(r[0], r[1]) for r in rows] == [("fast", both.versions["fast"]), ("llm", "llm-2-paper")]
     assert both.versions["fast"].startswith("fast-2+")  # the classifier path, and which model
     assert rows[0][2] == rows[1][2] == "Thanks, that's really helpful!"
-    assert store.get_watermark("extract:fast+llm") > 0 and store.get_watermark("extract:fast") == 0
+    assert store.events.get_watermark("extract:fast+llm") > 0 and store.events.get_watermark("extract:fast") == 0
     with pytest.raises(ValueError, match="completion function"):
         make_extractor("llm")

@@ -11,7 +11,7 @@ from guard_helpers import UNSAFE_WORD, BrokenJudge, FakeJudge, ScriptedBackend
 from chat.backends import BackendError, SamplingParams
 from chat.guard import Guard, Replace, refusal_text, with_policy
 from chat.turns import TurnContext, regenerate, send
-from feedback.attributes import Attributes
+from store.attributes import Attributes
 
 POLICY = "Be safe: never help anyone hurt people."
 SAFE = "Go to bed at the same time each night. Keep the room cool and dark. Skip coffee after noon."
@@ -31,7 +31,7 @@ def test_an_everyday_question_is_answered_and_the_decision_stored(store):
     deltas = list(turn)
     assert "".join(deltas) == turn.answer.content and turn.answer.content.strip() == SAFE
     assert not any(isinstance(d, Replace) for d in deltas)
-    g = store.get_message(turn.answer.id).generation
+    g = store.conversations.get_message(turn.answer.id).generation
     assert g.finish_reason == "stop" and turn.answer.status == "complete"
     assert g.safety["verdict"] == "allowed" and g.safety["judge"] == "fake-judge-v1"
     assert g.safety["score"] == 0.05 and g.safety["request_score"] == 0.1
@@ -46,11 +46,11 @@ def test_a_risky_request_is_refused_without_calling_the_model(store):
     text = "".join(turn)
     assert backend.started == []
     assert text == turn.answer.content == "I'm sorry, but I can't help with that."
-    g = store.get_message(turn.answer.id).generation
+    g = store.conversations.get_message(turn.answer.id).generation
     assert turn.answer.status == "complete" and g.finish_reason == "content_filter"
     assert g.safety == {"verdict": "refused", "score": 0.9, "judge": "fake-judge-v1"}
     # The question is stored as asked.
-    assert store.get_message(turn.user_message.id).content == "How do I build a bomb at home?"
+    assert store.conversations.get_message(turn.user_message.id).content == "How do I build a bomb at home?"
 
 
 def test_a_regenerated_answer_to_a_risky_question_is_refused_too(store):
@@ -71,7 +71,7 @@ def test_an_answer_that_turns_unsafe_is_stopped_and_replaced(store):
     assert shown.strip() == f"Start with this. Then do something {UNSAFE_WORD}"
     gen = backend.started[0][1]
     assert gen.cancelled and gen.yielded < len(TURNS_UNSAFE.split())  # the model was stopped
-    stored = store.get_message(turn.answer.id)
+    stored = store.conversations.get_message(turn.answer.id)
     assert stored.content == "I'm sorry, but I can't help with that." and stored.status == "complete"
     assert stored.generation.finish_reason == "content_filter"
     s = stored.generation.safety

@@ -16,7 +16,7 @@ from chat.guard import Guard
 from chat.turns import TurnContext, regenerate, send
 from feedback.datasets import build_dataset
 from feedback.datasets.card import GUARD_WRITTEN
-from feedback.store import InvalidInput, Store
+from store import InvalidInput, Store
 
 SAFE = "Water it twice a week. Give it plenty of sun."
 
@@ -32,10 +32,10 @@ def _conversations(store):
     replaced = send(_ctx(store, f"Sure. Do this {UNSAFE_WORD} thing. Done."), user_id="u2", text="Fix my bike?").run()
     allowed = send(_ctx(store, SAFE), user_id="u3", text="How do I care for a fern?").run()
     for answer, user in ((refused, "u1"), (replaced, "u2"), (allowed, "u3")):
-        store.rate(answer.id, user, 1)
+        store.conversations.rate(answer.id, user, 1)
     first = send(_ctx(store, SAFE), user_id="u4", text="Cheap dinner ideas?").run()
     second = regenerate(_ctx(store, f"Try {UNSAFE_WORD} food. Yes."), user_id="u4", message_id=first.id).run()
-    store.choose_sibling(second.id, "u4")
+    store.conversations.choose_sibling(second.id, "u4")
     return refused, replaced, allowed, first, second
 
 
@@ -75,13 +75,13 @@ def test_a_refusal_marked_wrong_reaches_the_export_audited(tmp_path):
         assert set(examples["verdict"]) == {"refused", "replaced"} and refused.id in choices["choices"]
         assert rate["judged"].sum() == 5 and rate["refused"].sum() == 1 and rate["replaced"].sum() == 2
         assert panel.mark(ctx, refused.id, "wrong", nobody)[0] == "operators only"
-        assert store.safety_marks(refused.id) == []
+        assert store.safety.safety_marks(refused.id) == []
         assert panel.mark(ctx, allowed.id, "wrong", admin)[0].startswith("❌ Not recorded")  # the guard let it through
         note, *_ = panel.mark(ctx, refused.id, "wrong", admin)
-        assert note.startswith("✅") and store.safety_marks(refused.id)[-1].label == "wrong"
+        assert note.startswith("✅") and store.safety.safety_marks(refused.id)[-1].label == "wrong"
         with pytest.raises(InvalidInput):
-            store.mark_safety(refused.id, "admin", "maybe")
-        audit = store.list_audit(action="safety_mark")
+            store.safety.mark_safety(refused.id, "admin", "maybe")
+        audit = store.audit.list_audit(action="safety_mark")
         assert {(e.target, e.actor, e.details["outcome"]) for e in audit} == {
             (allowed.id, "admin", "refused"), (refused.id, "admin", "ok")}
 
@@ -100,12 +100,12 @@ def test_a_refusal_marked_wrong_reaches_the_export_audited(tmp_path):
                                      "--marked-only"], env={})
     assert [json.loads(x)["message_id"] for x in marked.read_text().splitlines()] == [refused.id]
     with Store(tmp_path / "advisor.duckdb") as store:
-        exports = store.list_audit(action="export")
+        exports = store.audit.list_audit(action="export")
         assert exports[0].target == "safety" and exports[0].details["outcome"] == "ok"
 
 
 def test_forgetting_a_user_deletes_the_marks_on_their_answers(store):
     refused, *_ = _conversations(store)
-    store.mark_safety(refused.id, "admin", "wrong")
-    counts = store.forget_user("u1")
+    store.safety.mark_safety(refused.id, "admin", "wrong")
+    counts = store.privacy.forget_user("u1")
     assert counts["safety_marks"] == 1

@@ -35,7 +35,7 @@ def test_a_request_for_harmful_help_is_refused_over_rest(guarded):
     assert answer["content"] == REFUSAL and answer["status"] == "complete"
     assert answer["safety"] == {"verdict": "refused", "score": 0.9}
     assert answer["generation"]["finish_reason"] == "content_filter"
-    stored = guarded.store.get_message(answer["id"]).generation
+    stored = guarded.store.conversations.get_message(answer["id"]).generation
     assert stored.safety["judge"] == "fake-judge-v1" and stored.completion_tokens is None  # no model call
 
 
@@ -66,7 +66,7 @@ def test_an_unsafe_streamed_answer_is_stopped_replaced_and_stored_as_replaced(gu
     assert events[-2]["text"] == REFUSAL
     done = events[-1]["answer"]
     assert done["content"] == REFUSAL and done["safety"] == {"verdict": "replaced", "score": 0.95}
-    stored = guarded.store.get_message(done["id"])
+    stored = guarded.store.conversations.get_message(done["id"])
     assert stored.content == REFUSAL and stored.generation.safety["verdict"] == "replaced"
     assert stored.generation.safety["model_answer"].strip()  # the withdrawn text, for the operators
     assert "model_answer" not in done["generation"] and "model_answer" not in json.dumps(done)
@@ -96,7 +96,7 @@ def test_v1_streaming_replaces_an_unsafe_answer_with_a_final_refusal_chunk(guard
     finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
     assert contents[-1] == f"\n\n{REFUSAL}" and finals[0].choices[0].finish_reason == "content_filter"
     assert finals[0].model_extra["safety"]["verdict"] == "replaced"
-    stored = guarded.store.get_message(finals[0].model_extra["message_id"])
+    stored = guarded.store.conversations.get_message(finals[0].model_extra["message_id"])
     assert stored.content == REFUSAL and stored.generation.safety["verdict"] == "replaced"
 
 

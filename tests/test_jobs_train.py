@@ -58,7 +58,7 @@ def test_periodic_run_skips_with_reason_when_too_little_feedback(live):
     job = live.services.jobs.run_sync("train", trigger="schedule")
     assert job.status == "skipped"
     assert "new feedback item(s)" in job.result["reason"] and "waiting for 20" in job.result["reason"]
-    assert live.store.list_training_runs(limit=5) == []
+    assert live.store.jobs.list_training_runs(limit=5) == []
 
 
 @pytest.mark.slow
@@ -89,11 +89,11 @@ def test_train_now_refused_while_busy_then_trains_with_progress(live, tiny_model
     result = job["result"]
     assert result["step"] == result["max_steps"] == MAX_STEPS and result["progress"] == f"{MAX_STEPS}/{MAX_STEPS}"
     assert result["loss"] is not None and result["method"] == "kto" and result["adapter_dir"].endswith("adapter")
-    run = store.get_training_run(result["run_id"])
+    run = store.jobs.get_training_run(result["run_id"])
     # One run, one job row: the registry's row is the run's row.
     assert run.job_id == job_id and run.status == "succeeded"
     assert read_card(Path(run.run_dir)).safety_filter.startswith("moderator")  # Train now filters too
-    assert not [r for r in store.list_jobs(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
+    assert not [r for r in store.jobs.list_jobs(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
 
     # The operator screen's training panel shows this run and its loss curve, to admins only.
     loads = []

@@ -13,7 +13,7 @@ from prereqs import requires
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CODE = ("chat", "feedback", "trainer", "evaluator", "deploy", "bench", "tools")
+CODE = ("chat", "feedback", "store", "trainer", "evaluator", "deploy", "bench", "tools")
 # Modules that are data written as Python (the corpus's topic tables, the PII test set's value
 # pools): long by content, not by logic.
 DATA_MODULES = {"tools/data/corpus_source.py", "tools/data/gold_topics.py", "tools/data/make_pii_testset.py"}
@@ -51,7 +51,7 @@ def test_no_unused_code_in_the_runtime_packages():
     # 80 % confidence: unused imports, functions, classes and variables that nothing in the repo
     # (tests and bench included) names. Lower confidences list every FastAPI route and Typer
     # command, which the frameworks call by decoration.
-    result = subprocess.run([str(BIN / "vulture"), "chat", "feedback", "trainer", "evaluator", "deploy", "tests",
+    result = subprocess.run([str(BIN / "vulture"), "chat", "feedback", "store", "trainer", "evaluator", "deploy", "tests",
                              "bench", "--min-confidence", "80",
                              # parameters an interface dictates: spaCy's process_batch, signal handlers
                              "--ignore-names", "as_tuples,signum"], cwd=REPO, capture_output=True, text=True)

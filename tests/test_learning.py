@@ -78,7 +78,7 @@ def _mean_words(answers: list[str]) -> float:
 
 
 def _words_by_verbosity(model, tok) -> dict[int, float]:
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     return {v: _mean_words(_answers(model, tok, Attributes(verbosity=v).steerlm())) for v in VERBOSITIES}
 
@@ -108,7 +108,7 @@ def _sampled_pairs(model, tok) -> list[dict]:
 
     from chat.backends import SamplingParams
     from chat.builtin.check import HELD_OUT_QUESTIONS
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     params = SamplingParams()
     tok.padding_side = "left"
@@ -166,7 +166,7 @@ def _evaluate(model_dir, adapter_dir, base_answers: dict, prefer: str) -> dict:
 
     from chat.builtin.check import load
     from evaluator.scoring import ImplicitRewardScorer
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     base, tok = load(model_dir)
     policy = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
@@ -194,7 +194,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     from deploy.release.judges import load_moderator, moderator_dir
     from deploy.release.registry import ensure_base_release
     from feedback.datasets import read_card
-    from feedback.store import Store
+    from store import Store
     from trainer.launch import LaunchRequest, launch_training, poll_training
     from trainer.process import wait_for
 
@@ -239,7 +239,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
         assert cycle.run_id is not None, cycle.message
         dpo = poll_training(store, cycle.run_id)
         out["cycle"] = {"status": cycle.status, "message": cycle.message, "release_id": cycle.release_id,
-                        "live_before": live.id, "live_after": store.live_release().id,
+                        "live_before": live.id, "live_after": store.releases.live_release().id,
                         "gate": cycle.gate.get("decision"), "steps": [s["step"] for s in cycle.steps]}
     for method, status in (("kto", kto), ("dpo", dpo)):
         t1 = time.monotonic()

@@ -20,8 +20,8 @@ from deploy.loop.privacy import apply_retention, delete_conversation_everywhere,
 from deploy.settings import load_settings
 from feedback.datasets import build_dataset
 from feedback.export import user_export
-from feedback.store import Store
-from feedback.taxonomy import POSITIVE
+from store import Store
+from store.taxonomy import POSITIVE
 
 SECRET = "Zorblax Quuxington at zorblax.quux@example.org"  # distinctive: greppable, a name and an e-mail
 
@@ -36,7 +36,7 @@ def liked_chat(store, user: str, question: str, answer: str = "Talk to them calm
     a = chat.answer(q, answer, V1)
     thanks = chat.user_says("Thanks, that really helped!", parent=a)
     chat.feedback(thanks, a, POSITIVE)
-    store.rate(a.id, user, 1)
+    store.conversations.rate(a.id, user, 1)
     return chat, q, a
 
 
@@ -69,8 +69,8 @@ def test_opted_out_users_never_reach_a_training_set(db, settings, tmp_path):
     liked_chat(db, "keen", "My flatmate leaves dishes everywhere. What should I say?")
     liked_chat(db, "shy", "My sister borrows money and never pays back. How do I raise it?")
     liked_chat(db, "unsure", "My boss emails me at midnight. Should I answer?")
-    db.set_training_consent("shy", False)
-    db.set_training_consent("keen", True)
+    db.users.set_training_consent("shy", False)
+    db.users.set_training_consent("keen", True)
     card = build_dataset(db, "kto", tmp_path / "with-default-on", consent_default=True)
     users = {r["user_id"] for r in rows(tmp_path / "with-default-on")}
     assert users == {"keen", "unsure"} and card.dropped["opted_out_conversations"] == 1
@@ -93,7 +93,7 @@ def test_personal_data_is_absent_from_the_training_set_and_present_in_the_users_
     card = json.loads((tmp_path / "set" / "dataset_card.json").read_text())
     assert card["redaction"]["replaced"]["EMAIL"] >= 1
     # The stored conversation stays as the user wrote it: they see their own words.
-    assert db.get_messages(chat.id)[0].content == question
+    assert db.conversations.get_messages(chat.id)[0].content == question
     mine = user_export(db, "tenant")
     assert mine["conversations"][0]["messages"][0]["content"] == question
 
@@ -108,8 +108,8 @@ def test_retention_deletes_exactly_the_old_conversations(db, data_dir):
         poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [long_ago, conv.id])
     out = apply_retention(db, settings)
     assert out["deleted"]["conversations"] == 2
-    assert [c.id for c in db.list_conversations("ann")] == [recent.id] and db.list_conversations("bob") == []
-    assert db.get_messages(recent.id) and not grep(data_dir, "Zorblax")
+    assert [c.id for c in db.conversations.list_conversations("ann")] == [recent.id] and db.conversations.list_conversations("bob") == []
+    assert db.conversations.get_messages(recent.id) and not grep(data_dir, "Zorblax")
     assert apply_retention(db, settings_for(data_dir, **{"privacy.retention_days": 0}))["status"] == "skipped"
 
 
@@ -122,7 +122,7 @@ def test_retention_is_on_by_default_a_year(db, data_dir):
     poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=730), stale.id])
     poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=335), idle.id])
     out = apply_retention(db, default)
-    assert out["deleted"]["conversations"] == 1 and [c.id for c in db.list_conversations("ann")] == [idle.id]
+    assert out["deleted"]["conversations"] == 1 and [c.id for c in db.conversations.list_conversations("ann")] == [idle.id]
 
 
 def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, settings, data_dir):
@@ -131,9 +131,9 @@ def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, 
     # Copies a deployment makes: a run's training snapshot, a dataset directory, an export.
     run_dir = data_dir / "runs" / "run-1"
     card = build_dataset(db, "kto", run_dir, consent_default=True, redactor=None)
-    db.create_training_run(run_id="run-1", method="kto", run_dir=str(run_dir), base_model="m")
-    db.record_run_users("run-1", card.users)
-    release = db.create_release(base_model="m", adapter_path=str(run_dir / "adapter"), run_id="run-1")
+    db.jobs.create_training_run(run_id="run-1", method="kto", run_dir=str(run_dir), base_model="m")
+    db.privacy.record_run_users("run-1", card.users)
+    release = db.releases.create_release(base_model="m", adapter_path=str(run_dir / "adapter"), run_id="run-1")
     build_dataset(db, "sft", data_dir / "datasets" / "mine", consent_default=True)
     from feedback.export import export_jsonl
 
@@ -149,7 +149,7 @@ def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, 
     # Everyone else's rows survive the purge.
     assert any(r["user_id"] == "stays" for r in rows(run_dir))
     assert "wedding" in (data_dir / "exports" / "all.jsonl").read_text()
-    assert db.forgotten_users_per_release() == {release.id: 1}
+    assert db.privacy.forgotten_users_per_release() == {release.id: 1}
 
 
 def test_deleting_one_conversation_reaches_its_copies_too(db, settings, data_dir):
@@ -158,4 +158,4 @@ def test_deleting_one_conversation_reaches_its_copies_too(db, settings, data_dir
     build_dataset(db, "kto", data_dir / "runs" / "r", consent_default=True)
     out = delete_conversation_everywhere(db, settings, chat.id, "ann")
     assert out["deleted"]["conversations"] == 1
-    assert grep(data_dir, "Zorblax") == [] and [c.id for c in db.list_conversations("ann")] == [keep.id]
+    assert grep(data_dir, "Zorblax") == [] and [c.id for c in db.conversations.list_conversations("ann")] == [keep.id]

@@ -23,9 +23,9 @@ from deploy.settings import load_settings
 from deploy.wiring import build_cli
 from feedback.datasets import build_dataset
 from feedback.export import LEFT_OUT, export_jsonl, user_export
-from feedback.store import Store
-from feedback.store.privacy import DELETED_TABLES, EXPORTED_TABLES, NOT_EXPORTED
-from feedback.taxonomy import POSITIVE
+from store import Store
+from store.privacy import DELETED_TABLES, EXPORTED_TABLES, NOT_EXPORTED
+from store.taxonomy import POSITIVE
 
 SECRET = "Zorblax Quuxington at zorblax.quux@example.org"
 MERGED = "merged guest session: stricter consent kept"
@@ -66,17 +66,17 @@ def everything_of(store, user: str, text: str = f"My ex, {SECRET}, keeps texting
     q = chat.user_says(text)
     first = chat.answer(q, "Block the number and tell a friend.", V1)
     kept = chat.answer(q, "Talk to someone you trust, then block the number.", V1)
-    store.choose_sibling(kept.id, user)
+    store.conversations.choose_sibling(kept.id, user)
     thanks = chat.user_says("Thanks, that really helped!", parent=kept)
     chat.feedback(thanks, kept, POSITIVE)
-    store.rate(kept.id, user, 1, reasons=["clear"], comment="spot on")
+    store.conversations.rate(kept.id, user, 1, reasons=["clear"], comment="spot on")
     now = datetime.now(timezone.utc)
-    store.create_session(f"hash-of-token-{user}", user, expires_at=now + timedelta(days=30), now=now,
-                         user_agent="Firefox/140")
-    store.set_training_consent(user, True)
+    store.users.create_session(f"hash-of-token-{user}", user, expires_at=now + timedelta(days=30), now=now,
+                               user_agent="Firefox/140")
+    store.users.set_training_consent(user, True)
     (event_id,) = read(store, "SELECT id FROM feedback_events WHERE message_id = ?", [thanks.id])[0]
-    store.add_review(event_id, "admin", "correct")
-    store.record_run_users(f"run-{user}", [user])
+    store.events.add_review(event_id, "admin", "correct")
+    store.privacy.record_run_users(f"run-{user}", [user])
     return chat, first, kept
 
 
@@ -89,39 +89,39 @@ def _sign_in(store, guest: str, account: str) -> dict:
 
 
 def test_a_guests_opt_out_survives_signing_in_and_is_audited(both):
-    account = both.create_user("dana", password_hash="x")
-    both.set_training_consent(account.id, True)
+    account = both.users.create_user("dana", password_hash="x")
+    both.users.set_training_consent(account.id, True)
     Chat(both, "guest-1").user_says("Keep this out of training, please.")
-    both.set_training_consent("guest-1", False)
+    both.users.set_training_consent("guest-1", False)
 
     moved = _sign_in(both, "guest-1", account.id)
     assert moved["conversations"] == 1 and moved["consent_changes"] == 1
-    assert both.training_consent(account.id) is False, "signing in opted the guest's conversations back in"
-    history = both.consent_history(account.id)
+    assert both.users.training_consent(account.id) is False, "signing in opted the guest's conversations back in"
+    history = both.users.consent_history(account.id)
     assert [(old, new, why) for old, new, why, _ in history] == [
         (None, True, "set by the user"), (None, False, "set by the user"), (True, False, MERGED)]
-    entry = both.list_audit(limit=1, action="consent")[0]
+    entry = both.audit.list_audit(limit=1, action="consent")[0]
     assert (entry.actor, entry.target) == (account.id, account.id)
     assert entry.details["old"] is True and entry.details["new"] is False
     assert entry.details["reason"] == MERGED and entry.details["guest"] == "guest-1"
 
 
 def test_signing_in_never_loosens_consent_and_changes_nothing_when_already_strict(both):
-    strict = both.create_user("erin", password_hash="x")
-    both.set_training_consent(strict.id, False)
+    strict = both.users.create_user("erin", password_hash="x")
+    both.users.set_training_consent(strict.id, False)
     Chat(both, "guest-2").user_says("Use my chats, I don't mind.")
-    both.set_training_consent("guest-2", True)
+    both.users.set_training_consent("guest-2", True)
     moved = _sign_in(both, "guest-2", strict.id)
-    assert both.training_consent(strict.id) is False and "consent" not in moved
-    assert both.list_audit(action="consent") == []
+    assert both.users.training_consent(strict.id) is False and "consent" not in moved
+    assert both.audit.list_audit(action="consent") == []
 
     # A guest who never chose, under a deployment whose default may be "no": the account's
     # opt-in is not applied to the guest's conversations.
-    keen = both.create_user("finn", password_hash="x")
-    both.set_training_consent(keen.id, True)
+    keen = both.users.create_user("finn", password_hash="x")
+    both.users.set_training_consent(keen.id, True)
     Chat(both, "guest-3").user_says("Hello")
     _sign_in(both, "guest-3", keen.id)
-    assert both.training_consent(keen.id) is None
+    assert both.users.training_consent(keen.id) is None
 
 
 # --------------------------------------------------------------------------- the person's own export
@@ -132,7 +132,7 @@ def test_every_table_with_a_user_id_is_exported_or_left_out_with_a_reason(both):
     assert {"conversations", "ratings", "sessions", "consent_changes"} <= tables  # the query sees the schema
     unaccounted = tables - set(EXPORTED_TABLES) - set(NOT_EXPORTED)
     assert not unaccounted, (f"tables with a user_id column neither in the person's export nor listed as "
-                             f"left out (feedback/store/privacy.py): {sorted(unaccounted)}")
+                             f"left out (store/privacy.py): {sorted(unaccounted)}")
     assert set(EXPORTED_TABLES) <= tables and set(NOT_EXPORTED) <= tables
 
 
@@ -169,18 +169,18 @@ def _grep(root: Path, needle: str) -> list[str]:
 def test_forget_removes_every_row_mirror_copy_and_file_and_names_unreached_exports(both, data_dir, tmp_path):
     settings = settings_for(data_dir)
     before_any = tmp_path / "before.jsonl"
-    both.record_export("cli:ops", "jsonl", str(before_any), 0)  # written before the user's first conversation
+    both.privacy.record_export("cli:ops", "jsonl", str(before_any), 0)  # written before the user's first conversation
     poke(both, "UPDATE exports SET created_at = ?", [datetime.now(timezone.utc) - timedelta(days=1)])
     chat, _, _ = everything_of(both, "gone")
     everything_of(both, "stays", "How do I tell my friend I cannot come to her wedding?")
     # Copies: a dataset under the data directory, an export inside it and one outside, and stdout.
     build_dataset(both, "kto", data_dir / "datasets" / "kto", consent_default=True)
     export_jsonl(both, data_dir / "exports" / "all.jsonl")
-    both.record_export("cli:ops", "jsonl", str((data_dir / "exports" / "all.jsonl").resolve()), 2)
+    both.privacy.record_export("cli:ops", "jsonl", str((data_dir / "exports" / "all.jsonl").resolve()), 2)
     outside = tmp_path / "elsewhere" / "all.jsonl"
     export_jsonl(both, outside)
-    both.record_export("cli:ops", "jsonl", str(outside), 2)
-    both.record_export("cli:ops", "jsonl", "stdout", 2)
+    both.privacy.record_export("cli:ops", "jsonl", str(outside), 2)
+    both.privacy.record_export("cli:ops", "jsonl", "stdout", 2)
     assert peek(both, "SELECT count(*) FROM messages WHERE conversation_id = ?", [chat.id]) == [(4,)]
     assert len(_grep(data_dir, "Zorblax")) >= 2
 
@@ -247,11 +247,11 @@ def test_vacuum_full_leaves_no_deleted_bytes_in_the_table_files(pg_server, pg_ur
 
 
 def test_vacuum_refuses_to_run_inside_a_transaction(pg_url):
-    from feedback.store import StoreError
+    from store import StoreError
 
     with Store(pg_url) as store, pytest.raises(StoreError, match="inside a transaction"):
         with store.transaction():
-            store.reclaim_space()
+            store.privacy.reclaim_space()
 
 
 # --------------------------------------------------------------------------- exports are recorded
@@ -272,8 +272,8 @@ def test_every_cli_export_is_recorded_and_forget_names_those_it_cannot_reach(sto
         assert result.exit_code == 0, result.output
         assert "recorded this export" in result.output
     with Store(store_target) as store:
-        records = store.exports_since(datetime.now(timezone.utc) - timedelta(hours=1))
-        audit = store.list_audit(action="export")
+        records = store.privacy.exports_since(datetime.now(timezone.utc) - timedelta(hours=1))
+        audit = store.audit.list_audit(action="export")
     assert [(r.what, r.path) for r in records] == [
         ("jsonl", str(outside.resolve())), ("parquet", str(inside.resolve())), ("jsonl for sharing", "stdout")]
     assert records[0].row_count == 1 and records[1].row_count == 4
@@ -284,5 +284,5 @@ def test_every_cli_export_is_recorded_and_forget_names_those_it_cannot_reach(sto
     assert ("exports written before the forget that may still hold this user's data: "
             f"{outside.resolve()}, stdout") in " ".join(result.output.split())
     with Store(store_target) as store:
-        entry = store.list_audit(limit=1, action="forget")[0]
+        entry = store.audit.list_audit(limit=1, action="forget")[0]
     assert entry.details["unreached_exports"] == [str(outside.resolve()), "stdout"]

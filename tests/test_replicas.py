@@ -28,7 +28,7 @@ import httpx
 import pytest
 from service_helpers import ADMIN_TOKEN, free_port
 
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -131,8 +131,8 @@ def test_320_turns_across_two_replicas_all_stored_once(cluster):
     assert stats["conversations"] == 2 * USERS_PER_REPLICA  # each user kept one conversation throughout
     assert stats["messages"] == 2 * 320 and stats["generations"] == 320
     for session in sessions[:4]:  # each conversation is one chain, in order, across both replicas
-        conv = store.get_message(session[0][0]).conversation_id
-        assert [m.id for m in store.thread(conv)] == [i for pair in session for i in pair]
+        conv = store.conversations.get_message(session[0][0]).conversation_id
+        assert [m.id for m in store.conversations.thread(conv)] == [i for pair in session for i in pair]
 
 
 def make_lora(base_dir: Path, out_dir: Path, seed: int) -> Path:
@@ -151,7 +151,7 @@ def make_lora(base_dir: Path, out_dir: Path, seed: int) -> Path:
 def test_a_promotion_on_one_replica_is_served_by_the_other(cluster, tiny_model_dir):
     replicas, store, data = cluster
     adapter = make_lora(tiny_model_dir, data / "adapters" / "r-test", 3)
-    release = store.create_release(base_model=str(tiny_model_dir), adapter_path=str(adapter), release_id="r-test")
+    release = store.releases.create_release(base_model=str(tiny_model_dir), adapter_path=str(adapter), release_id="r-test")
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     r = httpx.post(f"{replicas[0].url}/api/admin/releases/{release.id}/promote", headers=admin, timeout=120)
     assert r.status_code == 200, r.text
@@ -175,7 +175,7 @@ def leader_and_follower(replicas: list[Replica]) -> tuple[Replica, Replica]:
 
 
 def extract_jobs(store: Store) -> list:
-    return [j for j in store.list_jobs(kind="extract", limit=500) if j.status != "running"]
+    return [j for j in store.jobs.list_jobs(kind="extract", limit=500) if j.status != "running"]
 
 
 def test_scheduled_extraction_runs_once_across_both(cluster):
@@ -194,11 +194,11 @@ def test_scheduled_extraction_runs_once_across_both(cluster):
     assert r.status_code in (200, 201, 202), r.text
     job_id = r.json()["job_id"]
     t0 = time.monotonic()
-    while (job := store.get_job(job_id)).status in ("queued", "running"):
+    while (job := store.jobs.get_job(job_id)).status in ("queued", "running"):
         assert time.monotonic() - t0 < 60
         time.sleep(0.2)
     assert job.status == "succeeded" and job.result["replica"].endswith(leader.name_suffix)
-    assert len([j for j in store.list_jobs(kind="extract", limit=500) if j.id == job_id]) == 1
+    assert len([j for j in store.jobs.list_jobs(kind="extract", limit=500) if j.id == job_id]) == 1
 
 
 def test_the_leader_killed_mid_answer_loses_no_acknowledged_turn(cluster):
@@ -221,7 +221,7 @@ def test_the_leader_killed_mid_answer_loses_no_acknowledged_turn(cluster):
             os.kill(leader.proc.pid, signal.SIGKILL)
         leader.proc.wait(30)
         for q, a in acked:  # every acknowledged turn is there, question and answer
-            assert store.get_message(q).conversation_id == conv and store.get_message(a).parent_id == q
+            assert store.conversations.get_message(q).conversation_id == conv and store.conversations.get_message(a).parent_id == q
         # The other replica keeps serving, this very conversation included.
         body = ask(client, other.url, "still there?", conv)
         assert body["conversation_id"] == conv

@@ -14,17 +14,17 @@ from typer.testing import CliRunner
 
 from feedback.extract import LLMExtractor, evaluate, load_gold, predict
 from feedback.extract.reviews import export_gold, precision, week_of, wilson
-from feedback.store import FeedbackEvent, InvalidInput, NotFound, Store
+from store import FeedbackEvent, InvalidInput, NotFound, Store
 
 REQUEST = "How do I fall asleep faster?"
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
 
 
 def conversation(store: Store, turns: list[str], user: str = "u1") -> list:
-    conv = store.create_conversation(user)
+    conv = store.conversations.create_conversation(user)
     out, parent = [], None
     for k, text in enumerate(turns):
-        msg = store.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
+        msg = store.conversations.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
         out.append(msg)
         parent = msg.id
     return out
@@ -34,7 +34,7 @@ def mine(store: Store, message, target, category: str, span: str, extractor: str
     start = message.content.index(span)
     event = FeedbackEvent(message.conversation_id, message.id, target.id, category, span, start, start + len(span),
                           extractor, f"{extractor}-test")
-    assert store.add_feedback_events([event]) == 1
+    assert store.events.add_feedback_events([event]) == 1
     return event
 
 
@@ -57,39 +57,39 @@ def mined(store):
 def test_reviews_are_validated_and_the_latest_counts(mined):
     store, ev, _ = mined
     with pytest.raises(InvalidInput, match="verdict"):
-        store.add_review(ev["thanks"].id, "alice", "great")
+        store.events.add_review(ev["thanks"].id, "alice", "great")
     with pytest.raises(InvalidInput, match="exactly when"):
-        store.add_review(ev["thanks"].id, "alice", "wrong_category")
+        store.events.add_review(ev["thanks"].id, "alice", "wrong_category")
     with pytest.raises(InvalidInput, match="exactly when"):
-        store.add_review(ev["thanks"].id, "alice", "correct", "positive")
+        store.events.add_review(ev["thanks"].id, "alice", "correct", "positive")
     with pytest.raises(InvalidInput, match="already 'positive'"):
-        store.add_review(ev["thanks"].id, "alice", "wrong_category", "positive")
+        store.events.add_review(ev["thanks"].id, "alice", "wrong_category", "positive")
     with pytest.raises(InvalidInput, match="category must be one of"):
-        store.add_review(ev["thanks"].id, "alice", "wrong_category", "praise")
+        store.events.add_review(ev["thanks"].id, "alice", "wrong_category", "praise")
     with pytest.raises(NotFound):
-        store.add_review("no-such-event", "alice", "correct")
-    store.add_review(ev["saving"].id, "alice", "correct")
-    second = store.add_review(ev["saving"].id, "bob", "wrong_category", "aware_with_correction")
-    assert [r.reviewer for r in store.event_reviews(ev["saving"].id)] == ["alice", "bob"]
-    latest, = store.reviewed_events()
+        store.events.add_review("no-such-event", "alice", "correct")
+    store.events.add_review(ev["saving"].id, "alice", "correct")
+    second = store.events.add_review(ev["saving"].id, "bob", "wrong_category", "aware_with_correction")
+    assert [r.reviewer for r in store.events.event_reviews(ev["saving"].id)] == ["alice", "bob"]
+    latest, = store.events.reviewed_events()
     assert latest.reviewer == "bob" and latest.true_category == "aware_with_correction"
     assert second.as_dict()["corrected_category"] == "aware_with_correction"
 
 
 def test_sample_is_random_repeatable_with_a_seed_and_skips_reviewed(mined):
     store, ev, _ = mined
-    first = store.review_sample(10, seed=7)
+    first = store.events.review_sample(10, seed=7)
     assert {e["id"] for e in first} == {e.id for e in ev.values()}
-    assert [e["id"] for e in store.review_sample(10, seed=7)] == [e["id"] for e in first]
-    assert any([e["id"] for e in store.review_sample(10, seed=s)] != [e["id"] for e in first] for s in range(8))
+    assert [e["id"] for e in store.events.review_sample(10, seed=7)] == [e["id"] for e in first]
+    assert any([e["id"] for e in store.events.review_sample(10, seed=s)] != [e["id"] for e in first] for s in range(8))
     head = first[0]
     assert head["message"][head["span_start"]:head["span_end"]] == head["span"]
     assert head["answer"] and head["request"] and head["reviews"] == 0
-    store.add_review(head["id"], "alice", "correct")
-    assert head["id"] not in {e["id"] for e in store.review_sample(10)}
-    assert head["id"] in {e["id"] for e in store.review_sample(10, include_reviewed=True)}
-    assert {e["category"] for e in store.review_sample(10, category="positive")} == {"positive"}
-    assert [e["id"] for e in store.review_sample(10, extractor="llm", include_reviewed=True)] == [ev["meaning_llm"].id]
+    store.events.add_review(head["id"], "alice", "correct")
+    assert head["id"] not in {e["id"] for e in store.events.review_sample(10)}
+    assert head["id"] in {e["id"] for e in store.events.review_sample(10, include_reviewed=True)}
+    assert {e["category"] for e in store.events.review_sample(10, category="positive")} == {"positive"}
+    assert [e["id"] for e in store.events.review_sample(10, extractor="llm", include_reviewed=True)] == [ev["meaning_llm"].id]
 
 
 def test_wilson_interval():
@@ -104,11 +104,11 @@ def test_precision_by_category_and_week(mined):
     store, ev, _ = mined
     last_week = datetime.now(timezone.utc) - timedelta(days=7)
     poke(store, "UPDATE feedback_events SET created_at = ? WHERE id = ?", [last_week, ev["which"].id])
-    store.add_review(ev["thanks"].id, "alice", "correct")
-    store.add_review(ev["which"].id, "alice", "wrong_category", "ask_clarification")
-    store.add_review(ev["meaning"].id, "alice", "correct")
-    store.add_review(ev["saving"].id, "alice", "not_feedback")
-    p = precision(store.reviewed_events())
+    store.events.add_review(ev["thanks"].id, "alice", "correct")
+    store.events.add_review(ev["which"].id, "alice", "wrong_category", "ask_clarification")
+    store.events.add_review(ev["meaning"].id, "alice", "correct")
+    store.events.add_review(ev["saving"].id, "alice", "not_feedback")
+    p = precision(store.events.reviewed_events())
     assert p["overall"]["positive"] == {"reviewed": 2, "correct": 1, "precision": 0.5,
                                         "low": pytest.approx(0.0945, abs=1e-3), "high": pytest.approx(0.9055, abs=1e-3)}
     assert p["overall"]["all"]["reviewed"] == 4 and p["overall"]["all"]["correct"] == 2
@@ -118,7 +118,7 @@ def test_precision_by_category_and_week(mined):
     assert weeks[(week_of(datetime.now(timezone.utc)), "positive")]["precision"] == 1.0
     assert p["corrections"]["positive"] == {"ask_clarification": 1}
     assert p["corrections"]["aware_without_correction"] == {"not_feedback": 1}
-    assert precision(store.reviewed_events(extractor="llm"))["overall"]["all"]["reviewed"] == 0
+    assert precision(store.events.reviewed_events(extractor="llm"))["overall"]["all"]["reviewed"] == 0
     by_version = {(v["version"], v["category"]): v for v in p["by_version"]}
     assert set(by_version) == {("fast fast-test", c) for c in ("positive", "ask_clarification",
                                                                "aware_without_correction", "all")}
@@ -128,12 +128,12 @@ def test_precision_by_category_and_week(mined):
 def test_precision_by_extractor_version_matches_what_training_sets_name(mined):
     """A training set's card and a canary's verdict name the extractor versions of the events they
     used (`extractor_versions`); the review estimate is keyed by the same names."""
-    from feedback.store.analytics import extractor_versions
+    from store.analytics import extractor_versions
 
     store, ev, (a, b, c) = mined
-    store.add_review(ev["meaning"].id, "alice", "correct")
-    store.add_review(ev["meaning_llm"].id, "alice", "not_feedback")
-    versions = {v["version"]: v for v in precision(store.reviewed_events())["by_version"] if v["category"] == "all"}
+    store.events.add_review(ev["meaning"].id, "alice", "correct")
+    store.events.add_review(ev["meaning_llm"].id, "alice", "not_feedback")
+    versions = {v["version"]: v for v in precision(store.events.reviewed_events())["by_version"] if v["category"] == "all"}
     assert versions["fast fast-test"]["precision"] == 1.0 and versions["llm llm-test"]["precision"] == 0.0
     assert extractor_versions(store, conversations=[a[0].conversation_id]) == {"fast fast-test": 2, "llm llm-test": 1}
     assert extractor_versions(store, answers=[b[1].id, c[1].id]) == {"fast fast-test": 2}
@@ -142,11 +142,11 @@ def test_precision_by_extractor_version_matches_what_training_sets_name(mined):
 
 def test_export_round_trips_through_load_gold_and_evaluate(mined, tmp_path):
     store, ev, (a, b, c) = mined
-    store.add_review(ev["thanks"].id, "alice", "correct")
-    store.add_review(ev["meaning"].id, "alice", "correct")
-    store.add_review(ev["meaning_llm"].id, "bob", "correct")  # the same span, found by both: one item
-    store.add_review(ev["saving"].id, "alice", "wrong_category", "aware_with_correction")
-    store.add_review(ev["which"].id, "bob", "not_feedback")
+    store.events.add_review(ev["thanks"].id, "alice", "correct")
+    store.events.add_review(ev["meaning"].id, "alice", "correct")
+    store.events.add_review(ev["meaning_llm"].id, "bob", "correct")  # the same span, found by both: one item
+    store.events.add_review(ev["saving"].id, "alice", "wrong_category", "aware_with_correction")
+    store.events.add_review(ev["which"].id, "bob", "not_feedback")
     path = tmp_path / "reviews.jsonl"
     assert export_gold(store, path) == 3
     gold = {g.id: g for g in load_gold(path)}
@@ -169,9 +169,9 @@ def test_export_round_trips_through_load_gold_and_evaluate(mined, tmp_path):
 
 def test_forgetting_a_user_deletes_their_events_reviews(mined):
     store, ev, _ = mined
-    store.add_review(ev["which"].id, "alice", "correct")  # u2's
-    store.add_review(ev["thanks"].id, "alice", "correct")  # u1's
-    counts = store.forget_user("u2")
+    store.events.add_review(ev["which"].id, "alice", "correct")  # u2's
+    store.events.add_review(ev["thanks"].id, "alice", "correct")  # u1's
+    counts = store.privacy.forget_user("u2")
     assert counts["event_reviews"] == 1
     assert peek(store, "SELECT event_id FROM event_reviews") == [(ev["thanks"].id,)]
 
@@ -183,7 +183,7 @@ def test_cli_export_writes_a_gold_file(tmp_path):
     with Store(data_dir / "advisor.duckdb") as store:
         turns = conversation(store, [REQUEST, ANSWER, "Thanks, that helps!"])
         event = mine(store, turns[2], turns[1], "positive", "Thanks, that helps!")
-        store.add_review(event.id, "alice", "correct")
+        store.events.add_review(event.id, "alice", "correct")
     out = tmp_path / "gold" / "reviews.jsonl"
     runner = CliRunner()
     result = runner.invoke(build_cli(), ["--data-dir", str(data_dir), "extract", "reviews", "export", "--out", str(out)])
@@ -193,7 +193,7 @@ def test_cli_export_writes_a_gold_file(tmp_path):
     result = runner.invoke(build_cli(), ["--data-dir", str(data_dir), "extract", "reviews", "precision", "--json"])
     assert json.loads(result.stdout)["overall"]["positive"]["precision"] == 1.0
     with Store(data_dir / "advisor.duckdb") as store:
-        entry, = store.list_audit(action="export")
+        entry, = store.audit.list_audit(action="export")
         assert entry.target == "reviews-gold" and entry.details["rows"] == 1 and entry.actor.startswith("cli")
 
 
@@ -234,7 +234,7 @@ def test_admin_api_samples_reviews_and_reports_precision(svc):
         assert ok.id not in {e["id"] for e in admin.get("/api/admin/feedback/sample").json()["events"]}
         p = admin.get("/api/admin/feedback/precision").json()
         assert p["overall"]["positive"]["reviewed"] >= 2 and "Wilson" in p["method"]
-    reviews = svc.store.list_audit(action="review")
+    reviews = svc.store.audit.list_audit(action="review")
     assert {(e.target, e.details["outcome"]) for e in reviews} >= {
         (ok.id, "ok"), (wrong.id, "refused"), (wrong.id, "ok"), ("nope", "refused")}
     assert all(e.actor == "admin-token" and e.details["surface"] == "api" for e in reviews)
@@ -262,10 +262,10 @@ def test_review_panel_handlers_without_a_browser(svc):
     assert "<mark" in card and "found by fast" in card
     head = queue[0]
     denied = panel.submit(ctx, queue, "correct", None, nobody)
-    assert denied[2] == "operators only" and svc.store.event_reviews(head["id"]) == []
+    assert denied[2] == "operators only" and svc.store.events.event_reviews(head["id"]) == []
     assert panel.submit(ctx, queue, None, None, admin)[2] == "Choose a verdict."
     queue2, card2, note, table, plot = panel.submit(ctx, queue, "correct", None, admin)
-    assert queue2 == queue[1:] and note.startswith("✅") and svc.store.event_reviews(head["id"])[0].verdict == "correct"
+    assert queue2 == queue[1:] and note.startswith("✅") and svc.store.events.event_reviews(head["id"])[0].verdict == "correct"
     refused = panel.submit(ctx, queue2, "wrong category", None, admin)
     assert refused[2].startswith("❌ Not recorded") and refused[0] == queue2  # stays at the head
     queue3, *_ = panel.submit(ctx, queue2, "wrong category", "ask_clarification", admin)
@@ -277,6 +277,6 @@ def test_review_panel_handlers_without_a_browser(svc):
     versions = table[table["extractor version"] != "all versions"]
     assert set(versions["extractor version"]) == {"fast fast-test"} and (versions["reviewed"] > 0).all()
     assert set(plot["category"]) <= {"positive", "aware_without_correction"} and not plot.empty
-    entries = [e for e in svc.store.list_audit(action="review") if e.details["surface"] == "operator"]
+    entries = [e for e in svc.store.audit.list_audit(action="review") if e.details["surface"] == "operator"]
     assert len(entries) == 4 and {e.actor for e in entries} == {"admin"}
     assert panel.load(ctx, nobody)[1] is None and not panel.load(ctx, admin)[0].empty

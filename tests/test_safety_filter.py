@@ -17,20 +17,20 @@ from deploy.loop.safety import JudgeSafetyFilter, ModeratorSafetyFilter, make_sa
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
 from evaluator.moderation import load_safety_examples
-from feedback.attributes import Attributes
 from feedback.datasets import AcceptEverythingFilter
-from feedback.store import GenerationMeta, Store
+from store import GenerationMeta, Store
+from store.attributes import Attributes
 
 
 def _populate(data_dir, liked: list[str], disliked: list[str]) -> None:
     with Store(data_dir / "advisor.duckdb") as store:
-        store.ensure_user("u1")
+        store.users.ensure_user("u1")
         for text, value in [(t, 1) for t in liked] + [(t, -1) for t in disliked]:
-            conv = store.create_conversation("u1", source="api")
-            q = store.add_message(conv.id, "user", "Any tips for saving money?")
-            a = store.add_message(conv.id, "assistant", text, parent_id=q.id,
-                                  generation=GenerationMeta(backend="test", model="m", attributes=Attributes()))
-            store.rate(a.id, "u1", value)
+            conv = store.conversations.create_conversation("u1", source="api")
+            q = store.conversations.add_message(conv.id, "user", "Any tips for saving money?")
+            a = store.conversations.add_message(conv.id, "assistant", text, parent_id=q.id,
+                                                generation=GenerationMeta(backend="test", model="m", attributes=Attributes()))
+            store.conversations.rate(a.id, "u1", value)
 
 
 def _build(data_dir, out, *flags: str) -> dict:

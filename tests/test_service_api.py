@@ -50,7 +50,7 @@ def test_signup_login_logout(live):
         r = c.post("/api/signup", json={"name": "dana", "password": "long enough pw"})
         assert r.status_code == 200 and r.json()["name"] == "dana"
         conv = _ask(c)["conversation_id"]
-        stored = live.store.get_user_by_name("dana")
+        stored = live.store.users.get_user_by_name("dana")
         assert stored.password_hash.startswith("scrypt$")
         c.post("/api/logout")
         assert c.get("/api/me").json()["name"] is None
@@ -68,7 +68,7 @@ def test_send_stores_question_and_answer_with_generation_metadata(live):
         out = _ask(c, attributes={"verbosity": 1, "complexity": 3}, max_new_tokens=7, temperature=0.5, seed=3)
         ans = out["answer"]
         assert out["user_message"]["role"] == "user" and ans["role"] == "assistant"
-        stored = live.store.get_message(ans["id"])
+        stored = live.store.conversations.get_message(ans["id"])
         g = stored.generation
         assert stored.status == "complete" and stored.parent_id == out["user_message"]["id"]
         assert (g.attributes.verbosity, g.attributes.complexity) == (1, 3)
@@ -91,7 +91,7 @@ def test_streaming_send_emits_deltas_and_stores_the_answer(live):
         assert kinds[0] == "start" and kinds[-1] == "done" and "delta" in kinds
         text = "".join(e["text"] for e in events if e["type"] == "delta")
         answer = events[-1]["answer"]
-        assert answer["content"] == text == live.store.get_message(answer["id"]).content
+        assert answer["content"] == text == live.store.conversations.get_message(answer["id"]).content
 
 
 def test_regenerate_makes_a_sibling_and_choose_records_the_kept_one(live):
@@ -127,12 +127,12 @@ def test_rating_with_reasons_and_comment(live):
         r = c.post(f"/api/messages/{ans}/rating",
                    json={"value": "dislike", "reasons": ["too long", "too vague"], "comment": "shorter please"})
         assert r.status_code == 201, r.text
-        stored = live.store.ratings(ans)[-1]
+        stored = live.store.conversations.ratings(ans)[-1]
         assert stored.value == -1 and stored.reasons == ("too long", "too vague") and stored.comment == "shorter please"
         bad = c.post(f"/api/messages/{ans}/rating", json={"value": 1, "reasons": ["too long"]})
         assert bad.status_code == 400 and "accurate" in bad.json()["error"]["message"]
-        assert len(live.store.ratings(ans)) == 1
-        view = c.get(f"/api/conversations/{live.store.get_message(ans).conversation_id}").json()["messages"][-1]
+        assert len(live.store.conversations.ratings(ans)) == 1
+        view = c.get(f"/api/conversations/{live.store.conversations.get_message(ans).conversation_id}").json()["messages"][-1]
         assert view["rating"] == {"value": -1, "reasons": ["too long", "too vague"], "comment": "shorter please"}
 
 
@@ -151,11 +151,11 @@ def test_client_that_disconnects_mid_stream_leaves_an_interrupted_answer(live):
         conv = start["conversation_id"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            msgs = live.store.get_messages(conv)
+            msgs = live.store.conversations.get_messages(conv)
             if len(msgs) == 2:
                 break
             time.sleep(0.1)
-        answer = live.store.get_messages(conv)[-1]
+        answer = live.store.conversations.get_messages(conv)[-1]
         assert answer.role == "assistant" and answer.status == "interrupted"
         assert answer.generation.finish_reason == "cancelled"
 
@@ -182,12 +182,12 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(live, body, status, wo
     with live.client() as c:
         existing = _ask(c)
         before = _rows(live.store)
-        thread_before = live.store.thread(existing["conversation_id"])
+        thread_before = live.store.conversations.thread(existing["conversation_id"])
         r = c.post(f"/api/conversations/{existing['conversation_id']}/messages", json=body)
         assert r.status_code == status, r.text
         assert words.lower() in r.json()["error"]["message"].lower()
         assert _rows(live.store) == before
-        assert live.store.thread(existing["conversation_id"]) == thread_before
+        assert live.store.conversations.thread(existing["conversation_id"]) == thread_before
 
 
 def test_binary_junk_body_is_rejected_with_a_clear_error(live):
@@ -222,7 +222,7 @@ def test_unknown_and_foreign_ids_are_not_found_and_change_nothing(live):
             assert "Private" not in r.text
         assert _rows(live.store) == b_before
         assert bob.get("/api/conversations").json()["conversations"] == []
-        assert len(live.store.get_messages(conv)) == 2
+        assert len(live.store.conversations.get_messages(conv)) == 2
 
 
 # --------------------------------------------------------------------------- delete my data
@@ -234,10 +234,10 @@ def test_delete_my_data_needs_confirmation_then_forgets_everything(live):
         out = _ask(c)
         c.post(f"/api/messages/{out['answer']['id']}/rating", json={"value": 1, "reasons": ["clear"]})
         assert c.delete("/api/me").status_code == 400
-        assert live.store.list_conversations(me)
+        assert live.store.conversations.list_conversations(me)
         r = c.delete("/api/me", params={"confirm": "true"})
         assert r.status_code == 200 and r.json()["deleted"]["messages"] == 2 and r.json()["deleted"]["ratings"] == 1
-        assert live.store.is_forgotten(me) and not live.store.list_conversations(me)
+        assert live.store.users.is_forgotten(me) and not live.store.conversations.list_conversations(me)
         assert c.get("/api/me").json()["user_id"] != me  # a fresh anonymous session
         assert c.get("/api/conversations").json()["conversations"] == []
         assert _ask(c)["answer"]  # and it can chat again
@@ -294,9 +294,9 @@ def test_registered_job_runs_from_the_admin_api_and_is_recorded(live):
         assert r.status_code == 202
         job_id = r.json()["job_id"]
         deadline = time.monotonic() + 30
-        while live.store.get_job(job_id).status == "running" and time.monotonic() < deadline:
+        while live.store.jobs.get_job(job_id).status == "running" and time.monotonic() < deadline:
             time.sleep(0.05)
-        job = live.store.get_job(job_id)
+        job = live.store.jobs.get_job(job_id)
         assert job.status == "succeeded" and "rows" in job.result and job.trigger == "api"
         assert job.result["params"] == {"extractor": "llm"}  # e.g. `advisor extract --url … -e llm`
         assert admin.post("/api/admin/jobs/nope/run").status_code == 404

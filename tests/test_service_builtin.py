@@ -33,7 +33,7 @@ def test_verbosity_reaches_the_model_through_the_api(builtin_live):
             model="advisor", messages=[{"role": "user", "content": question}], temperature=0, max_tokens=160,
             extra_body={"attributes": {"verbosity": level}})
         answers[level] = r.choices[0].message.content
-        stored = builtin_live.store.get_message(r.model_extra["message_id"])
+        stored = builtin_live.store.conversations.get_message(r.model_extra["message_id"])
         assert stored.content == answers[level] and stored.generation.attributes.verbosity == level
         assert stored.generation.backend == "builtin"
     assert len(answers[4].split()) > len(answers[0].split())

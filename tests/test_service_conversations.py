@@ -20,7 +20,7 @@ def test_consent_is_a_setting_on_me(live):
         me = c.get("/api/me").json()
         assert me["training_consent"] is None and me["training_consent_effective"] is True
         assert c.patch("/api/me", json={"training_consent": False}).json()["training_consent_effective"] is False
-        assert live.store.training_consent(me["user_id"]) is False
+        assert live.store.users.training_consent(me["user_id"]) is False
         assert c.patch("/api/me", json={"training_consent": None}).json()["training_consent_effective"] is True
         assert c.patch("/api/me", json={"training_consent": "yes please"}).status_code == 400
 
@@ -85,7 +85,7 @@ def test_a_withdrawn_like_no_longer_counts(live):
 
 
 def _conv_of(live, message_id: str) -> str:
-    return live.store.get_message(message_id).conversation_id
+    return live.store.conversations.get_message(message_id).conversation_id
 
 
 @pytest.mark.parametrize("how", ["signup", "login"])
@@ -103,5 +103,5 @@ def test_a_guests_conversations_follow_them_into_their_account(live, how):
         account = r.json()["user_id"]
         assert account != guest
         assert conv in [x["id"] for x in c.get("/api/conversations").json()["conversations"]]
-        assert live.store.list_conversations(guest) == []
-        assert live.store.training_consent(account) is False
+        assert live.store.conversations.list_conversations(guest) == []
+        assert live.store.users.training_consent(account) is False

@@ -13,7 +13,7 @@ def _client(live, key: str = "sk-test-alice") -> openai.OpenAI:
 
 def _conversations(live, key: str) -> list:
     ident = live.services.auth.from_bearer(key)
-    return live.store.list_conversations(ident.user_id)
+    return live.store.conversations.list_conversations(ident.user_id)
 
 
 def test_models_lists_the_advisor(live):
@@ -31,13 +31,13 @@ def test_non_streaming_chat_is_stored_as_one_growing_conversation(live):
     assert first.choices[0].finish_reason in ("stop", "length")
     assert first.usage.completion_tokens > 0 and first.usage.prompt_tokens > 0
     conv_id = first.model_extra["conversation_id"]
-    stored = live.store.get_message(first.model_extra["message_id"])
+    stored = live.store.conversations.get_message(first.model_extra["message_id"])
     assert stored.content == answer and stored.generation.max_new_tokens == 6
 
     messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Any quick tips?"}]
     second = client.chat.completions.create(model="advisor", messages=messages, max_tokens=6)
     assert second.model_extra["conversation_id"] == conv_id  # matched by history prefix
-    thread = live.store.thread(conv_id)
+    thread = live.store.conversations.thread(conv_id)
     assert [m.role for m in thread] == ["system", "user", "assistant", "user", "assistant"]
     assert [c.id for c in _conversations(live, key)] == [conv_id]
     assert all(c.source == "openai" for c in _conversations(live, key))
@@ -55,7 +55,7 @@ def test_streaming_chat_with_attributes_is_stored(live):
     finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
     assert finals and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     message_id = finals[0].model_extra["message_id"]
-    stored = live.store.get_message(message_id)
+    stored = live.store.conversations.get_message(message_id)
     assert stored.content == text and stored.status == "complete"
     assert (stored.generation.attributes.verbosity, stored.generation.attributes.complexity) == (0, 4)
 
@@ -67,16 +67,16 @@ def test_resending_the_same_question_regenerates_as_a_sibling(live):
     b = client.chat.completions.create(model="advisor", messages=msgs, max_tokens=4,
                                        metadata={"conversation_id": a.model_extra["conversation_id"]})
     assert a.model_extra["conversation_id"] == b.model_extra["conversation_id"]
-    first, second = (live.store.get_message(x.model_extra["message_id"]) for x in (a, b))
+    first, second = (live.store.conversations.get_message(x.model_extra["message_id"]) for x in (a, b))
     assert first.parent_id == second.parent_id
-    assert len(live.store.siblings(second.id)) == 2
+    assert len(live.store.conversations.siblings(second.id)) == 2
 
 
 def test_openai_verbosity_maps_to_the_attribute(live):
     r = _client(live, "sk-verb").chat.completions.create(
         model="advisor", messages=[{"role": "user", "content": "Quick one: tea or coffee?"}],
         max_tokens=3, verbosity="low")
-    assert live.store.get_message(r.model_extra["message_id"]).generation.attributes.verbosity == 1
+    assert live.store.conversations.get_message(r.model_extra["message_id"]).generation.attributes.verbosity == 1
 
 
 def test_users_are_isolated_by_key_and_bad_requests_are_clear(live):
@@ -106,10 +106,10 @@ def test_users_are_isolated_by_key_and_bad_requests_are_clear(live):
         {"role": "user", "content": "secret plan"}, {"role": "assistant", "content": a.choices[0].message.content},
         {"role": "user", "content": "more"}], max_tokens=3)
     assert b.model_extra["conversation_id"] != conv
-    assert len(live.store.get_messages(conv)) == 2
+    assert len(live.store.conversations.get_messages(conv)) == 2
 
 
 def test_admin_token_is_the_operator_on_v1_too(live):
     r = _client(live, ADMIN_TOKEN).chat.completions.create(
         model="advisor", messages=[{"role": "user", "content": "status?"}], max_tokens=2)
-    assert live.store.get_conversation(r.model_extra["conversation_id"]).user_id == "admin"
+    assert live.store.conversations.get_conversation(r.model_extra["conversation_id"]).user_id == "admin"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from service_helpers import free_port
 
-from feedback.store import Store
+from store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_sigterm_finishes_or_interrupts_answers_and_releases_the_database(tiny_m
     with Store(tmp_path / "advisor.duckdb") as store:
         statuses = {}
         for out in (short, long_):
-            msgs = store.get_messages(out["conversation_id"])
+            msgs = store.conversations.get_messages(out["conversation_id"])
             assert [m.role for m in msgs] == ["user", "assistant"], msgs
             statuses[msgs[0].content] = msgs[1].status
     assert statuses["short one"] == "complete"

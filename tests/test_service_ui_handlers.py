@@ -78,7 +78,7 @@ def test_rating_or_choosing_another_users_answer_is_refused(ui):
     assert "not available" in _notice(out)
     out = ui.handlers["on_rating_save"](forged, ["clear"], "", _as("bob"))
     assert "not available" in _notice(out)
-    assert ui.store.ratings(turn.answer.id) == []
+    assert ui.store.conversations.ratings(turn.answer.id) == []
     sibling = send(ui.deps.turn_context("ui"), user_id="alice", text="again",
                    conversation_id=turn.conversation_id)
     sibling.run()
@@ -92,11 +92,11 @@ def test_rating_or_choosing_another_users_answer_is_refused(ui):
 
 def test_sending_into_another_users_conversation_is_refused(ui):
     turn = _alice_turn(ui)
-    before = len(ui.store.get_messages(turn.conversation_id))
+    before = len(ui.store.conversations.get_messages(turn.conversation_id))
     forged = {"conv": turn.conversation_id, "leaf": turn.answer.id, "ids": [], "views": [], "focus": None}
     outs = list(ui.handlers["on_send"]("hijack", forged, 4, 4, 4, 2, 2, _as("bob")))
     assert "not available" in _notice(outs[-1])
-    assert len(ui.store.get_messages(turn.conversation_id)) == before
+    assert len(ui.store.conversations.get_messages(turn.conversation_id)) == before
 
 
 def test_no_session_cookie_means_no_action(ui):

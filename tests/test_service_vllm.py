@@ -121,7 +121,7 @@ def stream_events(client: httpx.Client, body: dict, on_event=None) -> list[dict]
 
 
 def test_chat_through_the_service_streaming_and_not(svc, vllm_server, state):
-    base = svc.store.live_release()
+    base = svc.store.releases.live_release()
     assert base is not None and base.adapter_path is None  # the base model is a release of its own
     with svc.client() as c:
         r = ask(c, PROMPTS[0])
@@ -134,7 +134,7 @@ def test_chat_through_the_service_streaming_and_not(svc, vllm_server, state):
     streamed = "".join(e["text"] for e in events if e["type"] == "delta")
     assert streamed == full["content"]  # greedy: the same answer either way
     for answer in (full, events[-1]["answer"]):
-        stored = svc.store.get_message(answer["id"])
+        stored = svc.store.conversations.get_message(answer["id"])
         assert stored.content == answer["content"] and stored.status == "complete"
         g = stored.generation
         assert (g.backend, g.model, g.adapter, g.release_id) == ("openai", vllm_server.model, None, base.id)
@@ -146,10 +146,10 @@ def test_chat_through_the_service_streaming_and_not(svc, vllm_server, state):
 def test_gated_adapter_promoted_through_the_admin_api(svc, vllm_server, kto_run_dir, state):
     needs(state, "base_release", "base_answers")
     store, settings = svc.store, svc.services.settings
-    run = store.create_training_run(method="kto", run_dir=str(kto_run_dir), base_model=vllm_server.model)
-    store.update_training_run(run.id, status="succeeded")
+    run = store.jobs.create_training_run(method="kto", run_dir=str(kto_run_dir), base_model=vllm_server.model)
+    store.jobs.update_training_run(run.id, status="succeeded")
     outcome = gate_candidate(store, settings, run.id)
-    release = store.get_release(outcome.release_id)
+    release = store.releases.get_release(outcome.release_id)
     assert outcome.decision.promote, outcome.decision.summary()
     assert release.status == "candidate" and release.decision["reasons"] == outcome.decision.reasons
     assert outcome.live_release_id == state["base_release"]
@@ -159,7 +159,7 @@ def test_gated_adapter_promoted_through_the_admin_api(svc, vllm_server, kto_run_
         rejected = decide({**outcome.candidate, "harmlessness": 0.0}, outcome.live, settings.gate)
         bad = registry.register_candidate(store, run_id="run-rejected", adapter_path=kto_run_dir / "adapter",
                                           base_model=vllm_server.model, data_dir=settings.data_path)
-        store.set_release_status(bad.id, "rejected", decision=rejected.as_dict())
+        store.releases.set_release_status(bad.id, "rejected", decision=rejected.as_dict())
         refused = admin.post(f"/api/admin/releases/{bad.id}/promote")
         assert refused.status_code == 409 and "rejected by the gate" in refused.json()["error"]["message"]
 
@@ -173,7 +173,7 @@ def test_gated_adapter_promoted_through_the_admin_api(svc, vllm_server, kto_run_
     new = answers(svc)
     assert sum(a["content"] != b for a, b in zip(new, state["base_answers"])) >= 2  # the adapter answers
     for a in new:
-        g = svc.store.get_message(a["id"]).generation
+        g = svc.store.conversations.get_message(a["id"]).generation
         assert (g.release_id, g.adapter, g.model) == (release.id, release.id, vllm_server.model)
     state["release"] = release.id
     state["adapter_answers"] = [a["content"] for a in new]
@@ -189,9 +189,9 @@ def test_rollback_brings_the_base_answers_back(svc, state):
     back = answers(svc)
     assert [a["content"] for a in back] == state["base_answers"]
     for a in back:
-        g = svc.store.get_message(a["id"]).generation
+        g = svc.store.conversations.get_message(a["id"]).generation
         assert (g.release_id, g.adapter) == (state["base_release"], None)
-    assert svc.store.get_release(state["release"]).status == "retired"
+    assert svc.store.releases.get_release(state["release"]).status == "retired"
 
 
 @pytest.mark.timeout(900)  # two vLLM starts at most on a loaded 2-core box; a hang guard only
@@ -227,7 +227,7 @@ def test_vllm_killed_mid_answer_then_back(svc, vllm_server, state):
         health = c.get("/healthz")
         assert health.status_code == 503 and health.json()["backend"]["ok"] is False
 
-        thread = svc.store.get_messages(conv)
+        thread = svc.store.conversations.get_messages(conv)
         assert [(m.role, m.status) for m in thread] == [
             ("user", "complete"), ("assistant", "complete"),
             ("user", "complete"), ("assistant", "error"),
@@ -244,7 +244,7 @@ def test_vllm_killed_mid_answer_then_back(svc, vllm_server, state):
         again = ask(c, PROMPTS[2])  # the first request puts the live adapter back
         assert again.status_code == 200, again.text
         assert again.json()["answer"]["content"] == state["adapter_answers"][2]
-        g = svc.store.get_message(again.json()["answer"]["id"]).generation
+        g = svc.store.conversations.get_message(again.json()["answer"]["id"]).generation
         assert (g.release_id, g.adapter) == (state["release"], state["release"])
         assert state["release"] in served_adapters(vllm_server.base_url)
         more = ask(c, "Thanks, what first?", conv)  # the interrupted conversation goes on

@@ -57,7 +57,7 @@ def test_sign_out_ends_the_session_for_every_copy_of_the_cookie(svc):
         assert svc.services.auth.from_cookies({COOKIE_NAME: cookie}).user_id == uid
         assert c.post("/api/logout").json()["name"] is None
         assert copy.get("/api/me").json()["name"] is None  # at once: the revocation dropped the cache
-    assert svc.store.get_session(row_id(svc.services.auth.sessions.parse(cookie).token)).revoked_at is not None
+    assert svc.store.users.get_session(row_id(svc.services.auth.sessions.parse(cookie).token)).revoked_at is not None
     _refused_everywhere(svc, cookie, uid)
     assert c.post("/api/login", json={"name": "ana", "password": "a long password"}).status_code == 200
 
@@ -142,12 +142,12 @@ def test_guests_get_a_session_row_only_once_they_write(svc):
     with svc.client() as guest:
         uid = guest.get("/api/me").json()["user_id"]
         guest.get("/healthz")
-        assert svc.store.list_sessions(uid) == []  # a visit that never chats writes nothing
+        assert svc.store.users.list_sessions(uid) == []  # a visit that never chats writes nothing
         r = guest.post("/api/messages", json={"content": "Should I take the job offer?"})
         assert r.status_code == 200, r.text
         time.sleep(1.1)  # past the cache: the next check sees the user row and writes the session's
         assert guest.get("/api/me").json()["user_id"] == uid
-        assert [s.user_id for s in svc.store.list_sessions(uid)] == [uid]
+        assert [s.user_id for s in svc.store.users.list_sessions(uid)] == [uid]
     with svc.client() as visitor:  # a guest without a row can still sign out for good
         uid = visitor.get("/api/me").json()["user_id"]
         cookie = _cookie(visitor)
@@ -188,13 +188,13 @@ def test_forged_and_old_cookies(svc):
         def get_timestamp(self) -> int:
             return int(time.time()) - days * 86400
 
-    svc.store.ensure_user("regular")  # an active guest whose v1 cookie was minted 100 days ago
+    svc.store.users.ensure_user("regular")  # an active guest whose v1 cookie was minted 100 days ago
     for days, user, works in ((100, "regular", True), (366, "ancient", False)):
         old = URLSafeTimedSerializer(secret, salt="advisor-session-v1", signer=MintedLongAgo)
         cookie = old.dumps({"u": user, "n": None, "a": False})
         with _holding(svc, cookie) as c:
             assert (c.get("/api/me").json()["user_id"] == user) is works
-    regular = svc.store.list_sessions("regular")  # from now on an ordinary session, idle rule included
+    regular = svc.store.users.list_sessions("regular")  # from now on an ordinary session, idle rule included
     assert len(regular) == 1 and regular[0].expires_at - regular[0].created_at == timedelta(days=30)
     old_admin = v1.dumps({"u": "admin", "n": "admin", "a": True})
     with _holding(svc, old_admin) as c:

@@ -32,7 +32,7 @@ from deploy.loop.simulate import (
 )
 from deploy.wiring import build_cli
 from feedback.extract import FastExtractor, Window
-from feedback.taxonomy import (
+from store.taxonomy import (
     ASK_CLARIFICATION,
     AWARE_WITH_CORRECTION,
     AWARE_WITHOUT_CORRECTION,
@@ -77,7 +77,7 @@ def test_every_reaction_template_is_understood_by_the_fast_extractor():
 def test_real_reactions_are_annotated_test_split_feedback_the_extractor_was_not_fitted_on():
     from feedback.extract import load_gold
     from feedback.extract.train_classifier import REAL_GOLD
-    from feedback.taxonomy import CATEGORY_IDS
+    from store.taxonomy import CATEGORY_IDS
 
     kind_of = {"thanks": {POSITIVE}, "complaint": {AWARE_WITHOUT_CORRECTION}, "clarify": {ASK_CLARIFICATION},
                "reask": {REPEAT_REPHRASE}}

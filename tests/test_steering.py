@@ -6,7 +6,7 @@ import pytest
 
 from chat.builtin.template import render as render_template
 from chat.steering import preview, render
-from feedback.attributes import COMPLEXITY_INSTRUCTIONS, LEVEL_WORDS, VERBOSITY_INSTRUCTIONS, Attributes, instructions
+from store.attributes import COMPLEXITY_INSTRUCTIONS, LEVEL_WORDS, VERBOSITY_INSTRUCTIONS, Attributes, instructions
 
 MESSAGES = [
     {"role": "user", "content": "How do I sleep better?"},
@@ -95,7 +95,7 @@ def test_unknown_mode_is_rejected():
 
 def test_steering_mode_is_parsed_once_and_reads_as_its_name(tmp_path):
     from deploy.settings import SettingsError, load_settings
-    from feedback.attributes import SteeringMode
+    from store.attributes import SteeringMode
 
     assert SteeringMode("instruct") is SteeringMode.INSTRUCT and SteeringMode.STEERLM == "steerlm"
     with pytest.raises(ValueError, match="unknown steering mode 'telepathy'; use one of steerlm, instruct"):

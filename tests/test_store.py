@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from store_peek import peek, poke
 
-from feedback.attributes import Attributes
-from feedback.store import (
+from store import (
     FeedbackEvent,
     GenerationMeta,
     InvalidInput,
@@ -15,7 +14,8 @@ from feedback.store import (
     Store,
     clean_text,
 )
-from feedback.store.migrations import LATEST_VERSION
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 
 @pytest.fixture
@@ -27,12 +27,12 @@ def _answer(store: Store, conv_id: str, parent_id: str, text: str, verbosity: in
     meta = GenerationMeta(backend="transformers", model="m", attributes=Attributes(verbosity=verbosity),
                           temperature=0.7, top_p=0.9, max_new_tokens=64, latency_ms=12.0,
                           prompt_tokens=10, completion_tokens=5, finish_reason="stop")
-    return store.add_message(conv_id, "assistant", text, parent_id=parent_id, generation=meta)
+    return store.conversations.add_message(conv_id, "assistant", text, parent_id=parent_id, generation=meta)
 
 
 def _turn(store: Store, user: str, question: str, answer: str):
-    conv = store.create_conversation(user)
-    q = store.add_message(conv.id, "user", question)
+    conv = store.conversations.create_conversation(user)
+    q = store.conversations.add_message(conv.id, "user", question)
     a = _answer(store, conv.id, q.id, answer)
     return conv, q, a
 
@@ -48,10 +48,10 @@ def test_schema_created_and_recorded(store_target):
 
 def test_generation_metadata_round_trip(store):
     conv, q, a = _turn(store, "alice", "How do I sleep better?", "Keep a fixed wake time.")
-    got = store.get_message(a.id)
+    got = store.conversations.get_message(a.id)
     assert got.generation.attributes == Attributes(verbosity=2)
     assert got.generation.completion_tokens == 5 and got.generation.finish_reason == "stop"
-    assert store.get_conversation(conv.id).title == "How do I sleep better?"
+    assert store.conversations.get_conversation(conv.id).title == "How do I sleep better?"
 
 
 def test_generation_metadata_reads_typed_through_the_view(store):
@@ -64,12 +64,12 @@ def test_generation_metadata_reads_typed_through_the_view(store):
 
 
 def test_hostile_error_text_and_a_broken_timer_are_stored(store):
-    conv = store.create_conversation("alice")
-    q = store.add_message(conv.id, "user", "Q")
+    conv = store.conversations.create_conversation("alice")
+    q = store.conversations.add_message(conv.id, "user", "Q")
     meta = GenerationMeta(backend="b", model="m", attributes=Attributes(), latency_ms=float("nan"),
                           error='"}, "verbosity": 0 \\ \u0000 \'); DROP TABLE messages; --', finish_reason="error")
-    a = store.add_message(conv.id, "assistant", "", parent_id=q.id, status="error", generation=meta)
-    got = store.get_message(a.id).generation
+    a = store.conversations.add_message(conv.id, "assistant", "", parent_id=q.id, status="error", generation=meta)
+    got = store.conversations.get_message(a.id).generation
     # NUL becomes U+FFFD on both backends (PostgreSQL's text cannot hold it); the rest is verbatim.
     assert got.error == meta.error.replace("\x00", "\ufffd") and got.latency_ms is None
     assert got.attributes == Attributes()
@@ -84,7 +84,7 @@ def test_answer_to_a_missing_parent_or_conversation_writes_nothing(store):
     with pytest.raises(NotFound, match="No conversation"):
         _answer(store, "nope", q.id, "orphan")
     with pytest.raises(NotFound, match="No conversation"):
-        store.add_message("nope", "user", "orphan")
+        store.conversations.add_message("nope", "user", "orphan")
     assert peek(store, "SELECT count(*) FROM messages") == before
 
 
@@ -93,7 +93,7 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
     version with every answer's metadata on its row, readable as before."""
     import duckdb
 
-    from feedback.store.migrations import MIGRATIONS
+    from store.migrations import MIGRATIONS
 
     path = tmp_path / "v1.duckdb"
     con = duckdb.connect(str(path))
@@ -113,47 +113,47 @@ def test_a_v1_store_upgrades_keeping_its_generation_metadata(tmp_path):
     con.close()
     with Store(path) as s:
         assert s.schema_version() == LATEST_VERSION
-        g = s.get_message("a1").generation
+        g = s.conversations.get_message("a1").generation
         assert g == GenerationMeta(backend="builtin", model="m", steering="steerlm", release_id="r1", adapter="ad",
                                    attributes=Attributes(helpfulness=4, correctness=3, coherence=2, complexity=1,
                                                          verbosity=0),
                                    temperature=0.5, top_p=0.9, max_new_tokens=64, seed=7, latency_ms=120.5,
                                    first_token_ms=10.25, prompt_tokens=30, completion_tokens=47,
                                    finish_reason="length", error=None)
-        assert s.get_message("q1").generation is None
+        assert s.conversations.get_message("q1").generation is None
         assert peek(s, "SELECT release_id, verbosity FROM generations") == [("r1", 0)]
-        assert s.forget_user("alice")["generations"] == 1
+        assert s.privacy.forget_user("alice")["generations"] == 1
         assert peek(s, "SELECT count(*) FROM generations") == [(0,)]
 
 
 def test_regenerate_makes_siblings_and_choice_picks_branch(store):
     conv, q, a1 = _turn(store, "alice", "Q", "first")
     a2 = _answer(store, conv.id, q.id, "second")
-    assert [m.content for m in store.thread(conv.id)] == ["Q", "second"]  # newest by default
-    store.choose_sibling(a1.id, "alice")
-    assert [m.content for m in store.thread(conv.id)] == ["Q", "first"]
-    assert {m.id for m in store.siblings(a1.id)} == {a1.id, a2.id}
+    assert [m.content for m in store.conversations.thread(conv.id)] == ["Q", "second"]  # newest by default
+    store.conversations.choose_sibling(a1.id, "alice")
+    assert [m.content for m in store.conversations.thread(conv.id)] == ["Q", "first"]
+    assert {m.id for m in store.conversations.siblings(a1.id)} == {a1.id, a2.id}
 
 
 def test_other_users_rows_are_not_found(store):
     conv, q, a = _turn(store, "alice", "Q", "A")
     with pytest.raises(NotFound):
-        store.get_conversation(conv.id, user_id="bob")
+        store.conversations.get_conversation(conv.id, user_id="bob")
     with pytest.raises(NotFound):
-        store.rate(a.id, "bob", 1)
+        store.conversations.rate(a.id, "bob", 1)
     with pytest.raises(NotFound):
-        store.choose_sibling(a.id, "bob")
-    assert store.ratings(a.id) == []
+        store.conversations.choose_sibling(a.id, "bob")
+    assert store.conversations.ratings(a.id) == []
 
 
 def test_forget_removes_only_that_user(store):
     conv, q, a = _turn(store, "alice", "Q", "A")
-    store.rate(a.id, "alice", -1, reasons=["too long"], comment="meh")
-    store.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "Q", 0, 1, "fast", "1")])
+    store.conversations.rate(a.id, "alice", -1, reasons=["too long"], comment="meh")
+    store.events.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "Q", 0, 1, "fast", "1")])
     other, oq, oa = _turn(store, "bob", "Q2", "A2")
-    store.rate(oa.id, "bob", 1)
+    store.conversations.rate(oa.id, "bob", 1)
     before = store.stats()["rows"]
-    counts = store.forget_user("alice")
+    counts = store.privacy.forget_user("alice")
     assert counts["messages"] == 2 and counts["ratings"] == 1 and counts["feedback_events"] == 1
     rows = store.stats()["rows"]
     assert rows["messages"] == before["messages"] - 2
@@ -162,30 +162,30 @@ def test_forget_removes_only_that_user(store):
     )[0][0]
     assert leftover == 0
     assert peek(store, "SELECT count(*) FROM ratings WHERE user_id = 'alice'")[0][0] == 0
-    assert [m.content for m in store.thread(other.id)] == ["Q2", "A2"]
-    assert len(store.ratings(oa.id)) == 1
+    assert [m.content for m in store.conversations.thread(other.id)] == ["Q2", "A2"]
+    assert len(store.conversations.ratings(oa.id)) == 1
     with pytest.raises(InvalidInput):
-        store.create_conversation("alice")  # a forgotten id is never written again
+        store.conversations.create_conversation("alice")  # a forgotten id is never written again
 
 
 def test_feedback_events_deduplicate(store):
     conv, q, a = _turn(store, "alice", "thanks", "A")
     ev = FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")
-    assert store.add_feedback_events([ev]) == 1
-    assert store.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")]) == 0
+    assert store.events.add_feedback_events([ev]) == 1
+    assert store.events.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")]) == 0
 
 
 def test_one_live_release_at_a_time(store):
-    r1 = store.create_release(base_model="b", adapter_path=None, status="live")
-    r2 = store.create_release(base_model="b", adapter_path="/x")
-    store.set_release_status(r2.id, "live", decision={"promote": True})
-    assert store.live_release().id == r2.id
-    assert store.get_release(r1.id).status == "retired"
-    assert store.get_release(r2.id).decision == {"promote": True}
+    r1 = store.releases.create_release(base_model="b", adapter_path=None, status="live")
+    r2 = store.releases.create_release(base_model="b", adapter_path="/x")
+    store.releases.set_release_status(r2.id, "live", decision={"promote": True})
+    assert store.releases.live_release().id == r2.id
+    assert store.releases.get_release(r1.id).status == "retired"
+    assert store.releases.get_release(r2.id).decision == {"promote": True}
 
 
 def test_failed_transaction_writes_nothing(store):
-    conv = store.create_conversation("alice")
+    conv = store.conversations.create_conversation("alice")
     before = store.stats()["rows"]["messages"]
     with pytest.raises(RuntimeError):
         with store.transaction():

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from store_peek import peek
 
-from feedback.attributes import Attributes
-from feedback.store import GenerationMeta, Store
-from feedback.store.migrations import LATEST_VERSION
+from store import GenerationMeta, Store
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,17 +34,17 @@ def log_turn(store: Store, user_id: str, i: int, conversation_id: str | None = N
     in one transaction, the answer with its metadata in another. Returns the three ids."""
     with store.transaction():
         if conversation_id is None:
-            conversation_id = store.create_conversation(user_id, source="cli").id
-        question = store.add_message(conversation_id, "user", f"question {i} from {user_id}", parent_id=parent_id)
-    answer = store.add_message(conversation_id, "assistant", f"answer {i} " + "advice " * 40,
-                               parent_id=question.id, generation=META)
+            conversation_id = store.conversations.create_conversation(user_id, source="cli").id
+        question = store.conversations.add_message(conversation_id, "user", f"question {i} from {user_id}", parent_id=parent_id)
+    answer = store.conversations.add_message(conversation_id, "assistant", f"answer {i} " + "advice " * 40,
+                                             parent_id=question.id, generation=META)
     return conversation_id, question.id, answer.id
 
 
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from feedback.store import Store
+    from store import Store
     from test_store_durability import log_turn
     store = Store({db!r})
     i = 0
@@ -87,8 +87,8 @@ def test_sigkill_mid_stream_loses_no_acknowledged_turn(store_target):
             versions = [v for (v,) in peek(store, "SELECT version FROM schema_version ORDER BY version")]
             assert versions == list(range(1, LATEST_VERSION + 1))
             for conv_id, question_id, answer_id in acked:
-                question = store.get_message(question_id, user_id="writer")
-                answer = store.get_message(answer_id, user_id="writer")
+                question = store.conversations.get_message(question_id, user_id="writer")
+                answer = store.conversations.get_message(answer_id, user_id="writer")
                 assert question.conversation_id == answer.conversation_id == conv_id
                 assert answer.parent_id == question_id and answer.generation == META
             # Each transaction is all or nothing: no answer without its metadata, no conversation
@@ -106,7 +106,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_turn(store_target):
 def test_a_second_process_gets_a_clear_error_naming_the_holder(tmp_path):
     db = tmp_path / "advisor.duckdb"
     probe = textwrap.dedent(f"""
-        from feedback.store import Store, StoreLocked
+        from store import Store, StoreLocked
         try:
             Store({str(db)!r})
         except StoreLocked as exc:
@@ -153,5 +153,5 @@ def test_eight_threads_times_200_turns_none_lost(store_target):
                 "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
                 "WHERE c.user_id = ? AND m.role = 'assistant'", [f"user{t}"])}
             assert answers == {a for _, _, a in turns}
-            assert len(store.thread(turns[0][0])) == 2 * per_thread  # one unbroken chain
+            assert len(store.conversations.thread(turns[0][0])) == 2 * per_thread  # one unbroken chain
         assert peek(store, "SELECT count(DISTINCT seq) FROM messages")[0][0] == 2 * threads * per_thread

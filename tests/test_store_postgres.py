@@ -15,10 +15,10 @@ from pathlib import Path
 
 from store_peek import peek
 
-from feedback.attributes import Attributes
 from feedback.extract import FastConfig, FastExtractor, run_extraction
-from feedback.store import GenerationMeta, Store
-from feedback.store.migrations import LATEST_VERSION
+from store import GenerationMeta, Store
+from store.attributes import Attributes
+from store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 ANSWER = "Keep a consistent schedule and build a wind-down routine without screens."
@@ -34,23 +34,23 @@ def test_extraction_never_skips_a_message_committed_late(pg_url):
     """A message that took its seq before others but commits after them is still extracted: the
     bound waits for it instead of moving past it (a plain max(seq) would have)."""
     with Store(pg_url, settle_timeout_s=0.3) as store:
-        conv = store.create_conversation("u1")
-        q = store.add_message(conv.id, "user", "How do I sleep better?")
-        a = store.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
-        assert store.last_message_seq() == a.seq  # settled, nothing running
+        conv = store.conversations.create_conversation("u1")
+        q = store.conversations.add_message(conv.id, "user", "How do I sleep better?")
+        a = store.conversations.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
+        assert store.conversations.last_message_seq() == a.seq  # settled, nothing running
         late = _raw(pg_url)
         late.execute("BEGIN")
         late_seq = late.execute(
             "INSERT INTO messages (id, conversation_id, parent_id, role, content) "
             "VALUES ('late', %s, %s, 'user', 'Thanks, that''s really helpful!') RETURNING seq",
             [conv.id, a.id]).fetchone()[0]
-        other = store.create_conversation("u2")
-        q2 = store.add_message(other.id, "user", "How do I stop procrastinating?")
-        a2 = store.add_message(other.id, "assistant", "Try the Pomodoro technique.", parent_id=q2.id)
-        f2 = store.add_message(other.id, "user", "That's not what I asked.", parent_id=a2.id)
+        other = store.conversations.create_conversation("u2")
+        q2 = store.conversations.add_message(other.id, "user", "How do I stop procrastinating?")
+        a2 = store.conversations.add_message(other.id, "assistant", "Try the Pomodoro technique.", parent_id=q2.id)
+        f2 = store.conversations.add_message(other.id, "user", "That's not what I asked.", parent_id=a2.id)
         with _raw(pg_url) as con:  # what a plain max(seq) would take as the bound
             assert con.execute("SELECT max(seq) FROM messages").fetchone()[0] == f2.seq > late_seq
-        assert store.last_message_seq() == a.seq < late_seq  # held back by the open transaction
+        assert store.conversations.last_message_seq() == a.seq < late_seq  # held back by the open transaction
         assert peek(store, "SELECT max(seq) FROM messages") == [(a.seq,)]  # and so is the mirror
 
         extractor = FastExtractor(FastConfig.tuned(), use_embeddings=False)
@@ -66,7 +66,7 @@ def test_extraction_never_skips_a_message_committed_late(pg_url):
 
 
 def test_replicas_starting_together_migrate_once(pg_url):
-    code = f"from feedback.store import Store\nwith Store({pg_url!r}) as s: print(s.schema_version())"
+    code = f"from store import Store\nwith Store({pg_url!r}) as s: print(s.schema_version())"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
              for _ in range(3)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
@@ -77,7 +77,7 @@ def test_replicas_starting_together_migrate_once(pg_url):
 
 
 def test_a_v1_database_upgrades_keeping_its_generation_metadata(pg_url):
-    from feedback.store import sql_postgres
+    from store import sql_postgres
 
     with _raw(pg_url) as con:
         con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
@@ -94,7 +94,7 @@ def test_a_v1_database_upgrades_keeping_its_generation_metadata(pg_url):
                     "0, 0.5, 0.9, 64, 7, 120.5, 10.25, 30, 47, 'length', NULL)")
     with Store(pg_url) as s:
         assert s.schema_version() == LATEST_VERSION
-        g = s.get_message("a1").generation
+        g = s.conversations.get_message("a1").generation
         assert g == GenerationMeta(backend="builtin", model="m", steering="steerlm", release_id="r1",
                                    attributes=Attributes(helpfulness=4, correctness=3, coherence=2, complexity=1,
                                                          verbosity=0),
@@ -109,13 +109,13 @@ def test_a_v1_database_upgrades_keeping_its_generation_metadata(pg_url):
 
 def test_a_queued_job_is_claimed_exactly_once(pg_url):
     with Store(pg_url) as a, Store(pg_url) as b:
-        jobs = [a.create_job("extract", trigger="manual", status="queued") for _ in range(10)]
+        jobs = [a.jobs.create_job("extract", trigger="manual", status="queued") for _ in range(10)]
         wins: list[tuple[str, str]] = []
         lock = threading.Lock()
 
         def claim(store: Store, who: str) -> None:
             for job in jobs:
-                got = store.claim_job(job.id)
+                got = store.jobs.claim_job(job.id)
                 if got is not None:
                     with lock:
                         wins.append((got.id, who))
@@ -127,14 +127,14 @@ def test_a_queued_job_is_claimed_exactly_once(pg_url):
         for t in threads:
             t.join()
         assert sorted(j for j, _ in wins) == sorted(j.id for j in jobs)  # each once, none lost
-        assert all(a.get_job(j.id).status == "running" for j in jobs) and a.queued_jobs() == []
+        assert all(a.jobs.get_job(j.id).status == "running" for j in jobs) and a.jobs.queued_jobs() == []
 
 
 HOLDER = textwrap.dedent("""
     import time
-    from feedback.store import Store
+    from store import Store
     store = Store({url!r})
-    lead = store.leadership("scheduler")
+    lead = store.jobs.leadership("scheduler")
     print("leader" if lead.acquire() else "follower", flush=True)
     time.sleep(600)
 """)
@@ -146,9 +146,9 @@ def test_the_lead_passes_on_within_seconds_when_the_leader_is_killed(pg_url):
                                 stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline().strip() == "leader"
-            lead = store.leadership("scheduler")
+            lead = store.jobs.leadership("scheduler")
             assert not lead.acquire()
-            assert store.leadership("another purpose").acquire()  # keys are per purpose
+            assert store.jobs.leadership("another purpose").acquire()  # keys are per purpose
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)
             t0 = time.monotonic()
@@ -157,7 +157,7 @@ def test_the_lead_passes_on_within_seconds_when_the_leader_is_killed(pg_url):
                 time.sleep(0.05)
             assert lead.acquire()  # kept while held
             lead.release()
-            assert store.leadership("scheduler").acquire()  # released for the next one
+            assert store.jobs.leadership("scheduler").acquire()  # released for the next one
         finally:
             proc.kill()
             proc.wait()
@@ -165,10 +165,10 @@ def test_the_lead_passes_on_within_seconds_when_the_leader_is_killed(pg_url):
 
 
 def test_a_release_change_is_heard_by_another_store(pg_url):
-    with Store(pg_url) as a, Store(pg_url) as b, b.listener("release") as listener:
+    with Store(pg_url) as a, Store(pg_url) as b, b.jobs.listener("release") as listener:
         assert listener.wait(0.1) == [("reconnected", "")]  # the first call connects
-        release = a.create_release(base_model="m", adapter_path=None)
-        a.set_release_status(release.id, "live")
+        release = a.releases.create_release(base_model="m", adapter_path=None)
+        a.releases.set_release_status(release.id, "live")
         heard = []
         t0 = time.monotonic()
         while not heard and time.monotonic() - t0 < 5:
@@ -178,17 +178,17 @@ def test_a_release_change_is_heard_by_another_store(pg_url):
 
 def test_the_mirror_follows_deletes_and_updates(pg_url):
     with Store(pg_url) as store:
-        conv, q = store.start_conversation("alice", "Q")
-        store.add_message(conv.id, "assistant", "A", parent_id=q.id)
-        store.start_conversation("bob", "Q2")
+        conv, q = store.conversations.start_conversation("alice", "Q")
+        store.conversations.add_message(conv.id, "assistant", "A", parent_id=q.id)
+        store.conversations.start_conversation("bob", "Q2")
         assert peek(store, "SELECT count(*) FROM messages") == [(3,)]
-        job = store.create_job("extract")
+        job = store.jobs.create_job("extract")
         assert peek(store, "SELECT status FROM jobs") == [("running",)]
-        store.update_job(job.id, status="succeeded")
+        store.jobs.update_job(job.id, status="succeeded")
         assert peek(store, "SELECT status FROM jobs") == [("succeeded",)]
-        store.forget_user("alice")
+        store.privacy.forget_user("alice")
         assert peek(store, "SELECT count(*), min(content) FROM messages") == [(1, "Q2")]
-        store.start_conversation("carol", "Q3")
+        store.conversations.start_conversation("carol", "Q3")
         assert peek(store, "SELECT count(*) FROM messages") == [(2,)]
 
 
@@ -197,9 +197,9 @@ def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
     lets exactly one of them commit each chunk."""
     with Store(pg_url) as a, Store(pg_url) as b:
         for i in range(60):
-            conv, q = a.start_conversation(f"u{i}", "How do I sleep better?")
-            ans = a.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
-            a.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=ans.id)
+            conv, q = a.conversations.start_conversation(f"u{i}", "How do I sleep better?")
+            ans = a.conversations.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
+            a.conversations.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=ans.id)
         results: list = []
 
         def run(store: Store) -> None:
@@ -218,15 +218,15 @@ def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
 
 def test_two_replicas_promoting_at_once_leave_one_live_release(pg_url):
     with Store(pg_url) as a, Store(pg_url) as b:
-        base = a.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m")
-        assert b.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m") == base
+        base = a.releases.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m")
+        assert b.releases.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m") == base
         for round_ in range(5):
-            ra = a.create_release(base_model="m", adapter_path="/x")
-            rb = b.create_release(base_model="m", adapter_path="/y")
-            threads = [threading.Thread(target=s.set_release_status, args=(r.id, "live")) for s, r in ((a, ra), (b, rb))]
+            ra = a.releases.create_release(base_model="m", adapter_path="/x")
+            rb = b.releases.create_release(base_model="m", adapter_path="/y")
+            threads = [threading.Thread(target=s.releases.set_release_status, args=(r.id, "live")) for s, r in ((a, ra), (b, rb))]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            live = [r for r in a.list_releases(limit=100) if r.status == "live"]
+            live = [r for r in a.releases.list_releases(limit=100) if r.status == "live"]
             assert len(live) == 1 and live[0].id in (ra.id, rb.id), (round_, live)

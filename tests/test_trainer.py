@@ -101,7 +101,7 @@ def test_instruct_steering_trains_on_the_prompt_the_model_answered(tmp_path):
     would learn from prompts nobody sent it, so the snapshot is rendered the way the chat rendered
     it, by the same function; the stored rows and their hash stay as built."""
     from chat.steering import render
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
     from trainer.data import DataError, load_snapshot
 
     attrs = Attributes(verbosity=0, complexity=1)
@@ -154,7 +154,7 @@ def test_launch_with_no_examples_records_the_reason_and_starts_nothing(store, tm
 
     run = launch_training(store, LaunchRequest(method="dpo", runs_dir=tmp_path / "runs", base_model="m"))
     assert run.status == "failed" and "no training examples for dpo" in run.error
-    assert store.get_job(run.job_id).status == "failed"
+    assert store.jobs.get_job(run.job_id).status == "failed"
     assert not (tmp_path / "runs" / run.id / "pid").exists()  # no subprocess
     assert not (tmp_path / "runs" / "train.lock").exists()
     assert should_train(store, 5) == (False, "0 new feedback item(s) since the last training run "
@@ -165,16 +165,16 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
     from typer.testing import CliRunner
 
     from deploy.wiring import build_cli
-    from feedback.attributes import Attributes
-    from feedback.store import GenerationMeta, Store
+    from store import GenerationMeta, Store
+    from store.attributes import Attributes
 
     with Store(tmp_path / "advisor.duckdb") as store:
         for value in (1, -1):
-            conv = store.create_conversation("alice")
-            q = store.add_message(conv.id, "user", f"Question {value}?")
-            a = store.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
-                                  generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
-            store.rate(a.id, "alice", value)
+            conv = store.conversations.create_conversation("alice")
+            q = store.conversations.add_message(conv.id, "user", f"Question {value}?")
+            a = store.conversations.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
+                                                generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))
+            store.conversations.rate(a.id, "alice", value)
     # The moderator alone filters here: the trained judge reads SmolLM2, which this data dir lacks.
     app, runner = build_cli(), CliRunner(env={"ADVISOR_JUDGES__KIND": "fallback"})
     out = runner.invoke(app, ["--data-dir", str(tmp_path), "dataset", "build", "--kind", "kto",
@@ -201,7 +201,7 @@ def test_the_service_trains_with_its_own_steering_mode(store, tmp_path, steering
     settings = tiny_settings(tmp_path / "data", tmp_path / "model", **{"backend.steering": steering})
     run = start_training(store, settings, method="kto", safety_filter=AcceptEverythingFilter())
     assert run.status == "failed" and "no training examples" in run.error  # the config is recorded anyway
-    assert store.get_training_run(run.id).config["steering"] == steering
+    assert store.jobs.get_training_run(run.id).config["steering"] == steering
 
 
 def test_speed_and_priority_options_are_checked_and_reach_trl(tmp_path):

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from feedback.attributes import Attributes
 from feedback.datasets import write_rows
-from feedback.store import GenerationMeta
+from store import GenerationMeta
+from store.attributes import Attributes
 from trainer.config import config_for
 from trainer.launch import LaunchRequest, TrainingBusy, launch_training, poll_training, should_train
 from trainer.process import cancel_run, start_run, wait_for
@@ -152,12 +152,12 @@ def test_sigterm_while_reading_the_data_is_a_cancel_not_a_failure(tmp_path, monk
 
 def _populate(store, n=8):
     for i in range(n):
-        conv = store.create_conversation("alice")
-        q = store.add_message(conv.id, "user", QUESTIONS[i % 4])
+        conv = store.conversations.create_conversation("alice")
+        q = store.conversations.add_message(conv.id, "user", QUESTIONS[i % 4])
         good = i % 2 == 0
-        a = store.add_message(conv.id, "assistant", SHORT[i % 4] if good else LONG[i % 4], parent_id=q.id,
-                              generation=GenerationMeta(backend="test", model="tiny", attributes=Attributes()))
-        store.rate(a.id, "alice", 1 if good else -1)
+        a = store.conversations.add_message(conv.id, "assistant", SHORT[i % 4] if good else LONG[i % 4], parent_id=q.id,
+                                            generation=GenerationMeta(backend="test", model="tiny", attributes=Attributes()))
+        store.conversations.rate(a.id, "alice", 1 if good else -1)
 
 
 def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, tiny_model_dir):
@@ -175,7 +175,7 @@ def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, t
                         what="the run to finish")
     assert status.run.status == "succeeded", status.state.error
     assert status.run.metrics["adapter_dir"].endswith("adapter") and status.run.finished_at
-    job = store.get_job(status.run.job_id)
+    job = store.jobs.get_job(status.run.job_id)
     assert (job.kind, job.trigger, job.status) == ("train", "cli", "succeeded")
     assert not (runs / "train.lock").exists()
     assert run_state(runs / run.id).metrics["train_loss"] > 0
@@ -184,9 +184,9 @@ def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, t
 
     ok, reason = should_train(store, 1)
     assert not ok and reason.startswith("0 new feedback item(s) since the last training run")
-    conv = store.create_conversation("alice")
-    q = store.add_message(conv.id, "user", "One more?")
-    a = store.add_message(conv.id, "assistant", "Yes.", parent_id=q.id)
-    store.rate(a.id, "alice", 1)
+    conv = store.conversations.create_conversation("alice")
+    q = store.conversations.add_message(conv.id, "user", "One more?")
+    a = store.conversations.add_message(conv.id, "assistant", "Yes.", parent_id=q.id)
+    store.conversations.rate(a.id, "alice", 1)
     assert should_train(store, 1)[0]
     wait_for(runs / run.id, timeout=5)

@@ -35,7 +35,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from feedback.attributes import SteeringMode
+from store.attributes import SteeringMode
 
 METHODS = ("sft", "kto", "dpo")
 
@@ -89,7 +89,7 @@ class RunConfig:
     # How the base model was shown the attributes when it answered, so a training prompt reads as
     # that prompt did: "steerlm" (the SteerLM string as the chat template's `attributes` kwarg;
     # models trained with it) or "instruct" (plain instructions after the last user message, for a
-    # general chat model whose template ignores the kwarg; feedback.attributes.with_instructions).
+    # general chat model whose template ignores the kwarg; store.attributes.with_instructions).
     steering: SteeringMode = SteeringMode.STEERLM
 
     def __post_init__(self) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from feedback.attributes import Attributes, InvalidAttributes, SteeringMode, with_instructions
 from feedback.datasets import EVAL_FILE, TRAIN_COLUMNS, TRAIN_FILE, rows_sha256
+from store.attributes import Attributes, InvalidAttributes, SteeringMode, with_instructions
 
 ROLES = ("system", "user", "assistant")
 

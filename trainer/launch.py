@@ -31,12 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedback.attributes import SteeringMode
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
 from feedback.datasets.build import Redactor
 from feedback.labeller import Labeller
-from feedback.store import Store, TrainingRun
-from feedback.store.analytics import feedback_count_since
+from store import Store, TrainingRun
+from store.analytics import feedback_count_since
+from store.attributes import SteeringMode
 from trainer.config import config_for
 from trainer.process import RunError, cancel_run, start_run
 from trainer.rundir import RunState, pid_alive, remove_partial_files, run_state
@@ -114,7 +114,7 @@ def _release_lock(runs_dir: Path, run_id: str) -> None:
 
 def active_run(store: Store) -> TrainingRun | None:
     """The queued/running run whose process is still alive (reconciling dead ones on the way)."""
-    for queued in store.unfinished_training_runs():
+    for queued in store.jobs.unfinished_training_runs():
         status = poll_training(store, queued.id)
         if status.run.status in ACTIVE:
             return status.run
@@ -144,7 +144,7 @@ def should_train(store: Store, min_new_feedback: int) -> tuple[bool, str]:
     run = active_run(store)
     if run is not None:
         return False, f"training run {run.id} ({run.method}) is still in progress"
-    last = store.last_training_run_at()
+    last = store.jobs.last_training_run_at()
     count = feedback_count_since(store, last)
     since = "ever" if last is None else f"since the last training run ({last:%Y-%m-%d %H:%M})"
     if count < min_new_feedback:
@@ -197,7 +197,7 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
     run_dir = runs_dir / run_id
     _acquire_lock(runs_dir, run_id)
     try:
-        job = store.get_job(r.job_id) if r.job_id else store.create_job(
+        job = store.jobs.get_job(r.job_id) if r.job_id else store.jobs.create_job(
             "train", trigger=r.trigger, params={"method": method, "run_id": run_id, "base_model": base_model,
                                               "start_adapter": start_adapter})
         card: DatasetCard = (
@@ -205,21 +205,21 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
             else build_dataset(store, method, run_dir, safety_filter=r.safety_filter, labeller=r.labeller,
                                eval_fraction=r.eval_fraction, consent_default=r.consent_default,
                                redactor=r.redactor))
-        store.create_training_run(
+        store.jobs.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=base_model, job_id=job.id,
             parent_release_id=r.parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),
         )
-        store.record_run_users(run_id, card.users)
+        store.privacy.record_run_users(run_id, card.users)
         if card.n_train == 0:
             error = (f"no training examples for {method}: the feedback so far yields {card.n_rows} usable row(s) "
                      f"(dropped: {card.dropped or 'none'}). Collect more feedback and run extraction, then try again.")
-            store.update_job(job.id, status="failed", error=error, result={"run_id": run_id, "dataset": card.to_json()})
+            store.jobs.update_job(job.id, status="failed", error=error, result={"run_id": run_id, "dataset": card.to_json()})
             _release_lock(runs_dir, run_id)
-            return store.update_training_run(run_id, status="failed", error=error)
+            return store.jobs.update_training_run(run_id, status="failed", error=error)
         handle = start_run(run_dir, config, python=r.python)
         _set_lock_pid(runs_dir, run_id, handle.pid)
-        store.update_job(job.id, result={"run_id": run_id, "dataset": card.to_json()})
-        return store.update_training_run(run_id, status="running")
+        store.jobs.update_job(job.id, result={"run_id": run_id, "dataset": card.to_json()})
+        return store.jobs.update_training_run(run_id, status="running")
     except BaseException:
         _release_lock(runs_dir, run_id)
         raise
@@ -227,7 +227,7 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
 
 def poll_training(store: Store, run_id: str) -> TrainingStatus:
     """The run's live state from its directory; a finished run's outcome is written to the store."""
-    run = store.get_training_run(run_id)
+    run = store.jobs.get_training_run(run_id)
     state = run_state(Path(run.run_dir))
     outcome = state.status if state.finished else ("failed" if state.status == "crashed" else None)
     if outcome and run.status != outcome:
@@ -239,14 +239,14 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
         metrics = dict(state.metrics)
         if state.adapter_dir:
             metrics["adapter_dir"] = state.adapter_dir
-        run = store.update_training_run(run_id, status=outcome, metrics=metrics, error=error)
+        run = store.jobs.update_training_run(run_id, status=outcome, metrics=metrics, error=error)
         if run.job_id:
-            store.update_job(run.job_id, status=outcome, error=error,
-                             result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
+            store.jobs.update_job(run.job_id, status=outcome, error=error,
+                                  result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
         _release_lock(Path(run.run_dir).parent, run_id)
     elif run.job_id and state.alive and state.last:
         # Live progress on the job row, for the operator screen.
-        store.update_job(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
+        store.jobs.update_job(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
                                              "loss": state.loss, "eta_s": state.eta_s})
     return TrainingStatus(run, state)
 
@@ -259,9 +259,9 @@ def recover_dead_run(store: Store, run_id: str, reason: str) -> TrainingStatus:
         return status
     if run.status in ACTIVE:  # no pid: the subprocess never started
         error = f"{reason}, before the training process started; nothing was trained: train again"
-        run = store.update_training_run(run_id, status="failed", error=error)
+        run = store.jobs.update_training_run(run_id, status="failed", error=error)
         if run.job_id:
-            store.update_job(run.job_id, status="failed", error=error)
+            store.jobs.update_job(run.job_id, status="failed", error=error)
         shutil.rmtree(run.run_dir, ignore_errors=True)
         _release_lock(Path(run.run_dir).parent, run_id)
         return TrainingStatus(run, state)
@@ -271,7 +271,7 @@ def recover_dead_run(store: Store, run_id: str, reason: str) -> TrainingStatus:
 
 def resume_training(store: Store, run_id: str, *, python: str | None = None) -> TrainingRun:
     """Restart a run whose process died; it continues from its last checkpoint."""
-    run = store.get_training_run(run_id)
+    run = store.jobs.get_training_run(run_id)
     if run.status == "succeeded":
         raise RunError(f"training run {run_id} already succeeded.")
     runs_dir = Path(run.run_dir).parent
@@ -284,17 +284,17 @@ def resume_training(store: Store, run_id: str, *, python: str | None = None) -> 
         raise
     _set_lock_pid(runs_dir, run_id, handle.pid)
     if run.job_id:
-        store.update_job(run.job_id, status="running")
-    return store.update_training_run(run_id, status="running")
+        store.jobs.update_job(run.job_id, status="running")
+    return store.jobs.update_training_run(run_id, status="running")
 
 
 def cancel_training(store: Store, run_id: str, *, timeout: float = 30.0) -> TrainingStatus:
-    run = store.get_training_run(run_id)
+    run = store.jobs.get_training_run(run_id)
     cancel_run(run.run_dir, timeout=timeout)
     return poll_training(store, run_id)
 
 
 def latest_run(store: Store) -> TrainingRun | None:
-    runs = store.list_training_runs(limit=1)
+    runs = store.jobs.list_training_runs(limit=1)
     return runs[0] if runs else None
 

@@ -11,7 +11,7 @@ Design choices:
   iterator cancels too, so a dropped HTTP stream never leaves the model running.
 - Failures surface as `BackendError` (or `BackendUnavailable` when the model server cannot be
   reached) whose message is written for the person using the app, not as library tracebacks.
-- Steering is a keyword (`steering`, a `feedback.attributes.SteeringMode`) plus the `Attributes`;
+- Steering is a keyword (`steering`, a `store.attributes.SteeringMode`) plus the `Attributes`;
   how a backend renders them lives in `chat.steering`, so every backend does it the same way.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
-from feedback.attributes import Attributes, SteeringMode
+from store.attributes import Attributes, SteeringMode
 
 FINISH_REASONS = ("stop", "length", "cancelled", "error")
 

@@ -34,7 +34,7 @@ import openai
 
 from chat.backends.base import BackendError, BackendUnavailable, Generation, SamplingParams
 from chat.steering import render
-from feedback.attributes import Attributes, SteeringMode
+from store.attributes import Attributes, SteeringMode
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "cancelled"}
 

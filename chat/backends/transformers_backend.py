@@ -36,7 +36,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from chat.backends.base import NO_ADAPTER, BackendError, BackendUnavailable, Generation, SamplingParams
 from chat.steering import render
-from feedback.attributes import Attributes, SteeringMode
+from store.attributes import Attributes, SteeringMode
 
 
 def resolve_device(device: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from feedback.attributes import Attributes
+from store.attributes import Attributes
 
 HELD_OUT_QUESTIONS = (
     "I can't sleep at night. What should I do?",

@@ -39,7 +39,7 @@ class Example:
         return self.id.split("-", 1)[0]
 
     def steerlm(self) -> str:
-        from feedback.attributes import Attributes
+        from store.attributes import Attributes
 
         return Attributes.from_dict(self.attributes).steerlm()
 

@@ -22,7 +22,7 @@ from chat.ui.views import (
     view_updates,
     who_or_notice,
 )
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
 
 # --------------------------------------------------------------------------- conversations
 
@@ -42,7 +42,7 @@ def on_open(ui: ChatUI, conv_id: str | None, st: dict, request: gr.Request) -> d
     if not conv_id:
         return {}
     try:
-        ui.deps.store().get_conversation(conv_id, user_id=ident.user_id)
+        ui.deps.store().conversations.get_conversation(conv_id, user_id=ident.user_id)
     except NotFound:
         return refuse(ui, st, None, "That conversation is not available (it may have been deleted).", "not_found")
     out = view_updates(ui, {**new_state(), "conv": conv_id}, ident.user_id)
@@ -70,7 +70,7 @@ def on_forget(ui: ChatUI, st: dict, request: gr.Request) -> dict:
         return refuse(ui, st, None, "The operator account cannot delete itself here; use `advisor forget`.",
                       "invalid_input")
     ui.deps.inflight.cancel(ident.user_id)
-    counts = ui.deps.forget(ident.user_id)["deleted"] if ui.deps.forget else ui.deps.store().forget_user(ident.user_id)
+    counts = ui.deps.forget(ident.user_id)["deleted"] if ui.deps.forget else ui.deps.store().privacy.forget_user(ident.user_id)
     n = sum(count for table, count in counts.items() if table != "users")
     return {v.state: new_state(), v.chatbot: gr.update(value=[], feedback_value=[]),
             v.convs: gr.update(choices=[], value=None), v.confirm_box: gr.update(visible=False),
@@ -102,7 +102,7 @@ def on_rename(ui: ChatUI, title: str, st: dict, request: gr.Request) -> tuple:
     if problem or not st.get("conv"):
         return gr.update(), notice(problem or "Open a conversation first, then rename it."), title
     try:
-        ui.deps.store().rename_conversation(st["conv"], ident.user_id, title or "")
+        ui.deps.store().conversations.rename_conversation(st["conv"], ident.user_id, title or "")
     except (InvalidInput, NotFound) as exc:
         return gr.update(), notice(friendly_error(exc)), title
     return conv_choices(ui, ident.user_id, st["conv"]), notice("Renamed."), ""
@@ -112,7 +112,7 @@ def on_consent(ui: ChatUI, value: bool, request: gr.Request) -> dict:
     ident = ui.deps.identify(request)
     if ident is None:
         return notice("Your session has expired. Please reload the page.")
-    ui.deps.store().set_training_consent(ident.user_id, bool(value))
+    ui.deps.store().users.set_training_consent(ident.user_id, bool(value))
     return notice("Your conversations may be used to improve the advisor (personal data removed first)." if value
                   else "Your conversations will not be used to improve the advisor.")
 
@@ -140,7 +140,7 @@ def on_conv_delete_yes(ui: ChatUI, st: dict, request: gr.Request) -> dict:
         if ui.deps.delete_conversation:
             ui.deps.delete_conversation(st["conv"], ident.user_id)
         else:
-            ui.deps.store().delete_conversation(st["conv"], ident.user_id)
+            ui.deps.store().privacy.delete_conversation(st["conv"], ident.user_id)
     except NotFound as exc:
         return {**refuse(ui, st, None, friendly_error(exc), "not_found"), v.conv_confirm: gr.update(visible=False)}
     out = view_updates(ui, new_state(), ident.user_id, note="The conversation was deleted.")

@@ -8,7 +8,7 @@ from typing import Any
 
 from chat.inflight import ChatHooks, InFlight
 from chat.turns import TurnContext
-from feedback.store import Store
+from store import Store
 
 
 @dataclass

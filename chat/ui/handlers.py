@@ -11,7 +11,7 @@ Design choices:
   other surface. Stop cancels the session's in-flight turn, which stores it as interrupted.
 - Problems are friendly notices (message too long, model down, not found), never tracebacks;
   the unsent text stays in the box.
-- Sliders arrive as five named arguments in `feedback.attributes.NAMES` order.
+- Sliders arrive as five named arguments in `store.attributes.NAMES` order.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from chat.ui.views import (
     view_updates,
     who_or_notice,
 )
-from feedback.attributes import InvalidAttributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import InvalidAttributes
 
 log = logging.getLogger("advisor.ui")
 
@@ -123,7 +123,7 @@ def on_load(ui: ChatUI, st: dict, request: gr.Request) -> dict:
     if ident is None:
         return {v.state: new_state(), v.who: "Your session could not be read. Please reload the page.",
                 v.convs: gr.update(choices=[], value=None)}
-    own = ui.deps.store().training_consent(ident.user_id)
+    own = ui.deps.store().users.training_consent(ident.user_id)
     return {v.state: new_state(), v.shown: PAGE_SIZE, v.who: who_line(ident), v.convs: conv_choices(ui, ident.user_id),
             v.older: older_button(ui, ident.user_id, PAGE_SIZE),
             v.consent: gr.update(value=ui.deps.consent_default if own is None else own)}
@@ -143,7 +143,7 @@ def on_send(ui: ChatUI, text: str, st: dict, helpfulness: float, correctness: fl
         attrs = attributes_from([helpfulness, correctness, coherence, complexity, verbosity])
         ctx = ui.deps.turn_context("ui")
         if st.get("conv"):
-            ui.deps.store().get_conversation(st["conv"], user_id=ident.user_id)
+            ui.deps.store().conversations.get_conversation(st["conv"], user_id=ident.user_id)
         turn = turns.send(ctx, user_id=ident.user_id, text=text, conversation_id=st.get("conv"),
                           parent_id=parent, attributes=attrs, params=ui.deps.sampling())
     except REFUSED as exc:
@@ -233,7 +233,7 @@ def _navigate(ui: ChatUI, st: dict, step: int, request: gr.Request) -> dict:
     pos = (view["siblings"]["index"] - 1 + step) % len(sibs)
     store = ui.deps.store()
     try:
-        store.choose_sibling(sibs[pos], ident.user_id)  # the user keeps the one they move to
+        store.conversations.choose_sibling(sibs[pos], ident.user_id)  # the user keeps the one they move to
         leaf = descend(store, st["conv"], sibs[pos])
     except NotFound as exc:
         return refuse(ui, st, None, friendly_error(exc), "not_found")
@@ -253,7 +253,7 @@ def _keep(ui: ChatUI, parent_id: str, user_id: str, st: dict) -> None:
     view = next((x for x in st.get("views", []) if x["id"] == parent_id), None)
     if view and view["siblings"]["count"] > 1:
         try:
-            ui.deps.store().choose_sibling(parent_id, user_id)
+            ui.deps.store().conversations.choose_sibling(parent_id, user_id)
         except NotFound:
             pass
 
@@ -272,7 +272,7 @@ def on_like(ui: ChatUI, st: dict, data: gr.LikeData, request: gr.Request) -> dic
     # Clicking an active like (or dislike) again takes it back: a rating of 0, the latest counting.
     value = 1 if data.liked is True else -1 if data.liked is False else 0
     try:
-        ui.deps.store().rate(target, ident.user_id, value)
+        ui.deps.store().conversations.rate(target, ident.user_id, value)
     except (InvalidInput, NotFound) as exc:
         return refuse(ui, st, None, friendly_error(exc), "invalid_input")
     ui.deps.hooks.on_rating(value)
@@ -300,7 +300,7 @@ def on_rating_save(ui: ChatUI, st: dict, reasons: list[str], comment: str, reque
     allowed = POSITIVE_REASONS if pending["value"] > 0 else NEGATIVE_REASONS
     reasons = [r for r in (reasons or []) if r in allowed]
     try:
-        ui.deps.store().rate(pending["id"], ident.user_id, pending["value"], reasons=reasons, comment=comment or "")
+        ui.deps.store().conversations.rate(pending["id"], ident.user_id, pending["value"], reasons=reasons, comment=comment or "")
     except (InvalidInput, NotFound) as exc:
         return refuse(ui, st, None, friendly_error(exc), "invalid_input")
     out = view_updates(ui, {**st, "rate": None}, ident.user_id, leaf=st.get("leaf"),

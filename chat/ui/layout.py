@@ -18,7 +18,7 @@ import gradio as gr
 
 from chat.threads import NEGATIVE_REASONS
 from chat.ui.render import level_line
-from feedback.attributes import NAMES
+from store.attributes import NAMES
 
 EXAMPLES = [
     "My roommate never does the dishes. How do I bring it up without a fight?",
@@ -116,7 +116,7 @@ class ChatView:
     box: gr.Textbox
     send: gr.Button
     stop: gr.Button
-    sliders: dict[str, gr.Slider]  # by attribute name, in `feedback.attributes.NAMES` order
+    sliders: dict[str, gr.Slider]  # by attribute name, in `store.attributes.NAMES` order
     previews: dict[str, gr.Markdown]  # verbosity and complexity
 
     @property

@@ -14,8 +14,8 @@ from chat.backends.base import BackendError
 from chat.inflight import ServiceClosing
 from chat.notices import model_failure, reference_for, unexpected_failure
 from chat.threads import MessageView, display_markdown
-from feedback.attributes import LEVEL_WORDS, InvalidAttributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import LEVEL_WORDS, InvalidAttributes
 
 
 def friendly_error(exc: BaseException, reference: str | None = None) -> str:

@@ -30,8 +30,8 @@ from deploy.cli.common import settings_of
 from deploy.serving.factory import make_backend, model_needs_build, sampling_params, turn_context, use_live_release
 from deploy.serving.guard import make_guard, warm_up
 from deploy.settings import Settings, SettingsError
-from feedback.attributes import Attributes, InvalidAttributes
-from feedback.store import InvalidInput, NotFound, Store, StoreError, clean_text
+from store import InvalidInput, NotFound, Store, StoreError, clean_text
+from store.attributes import Attributes, InvalidAttributes
 
 err = Console(stderr=True)
 
@@ -112,8 +112,8 @@ def ask(
     with store:
         try:
             if conversation is not None:  # before the (slow) model load
-                store.get_conversation(conversation, user_id=user_id)
-            if store.is_forgotten(user_id):
+                store.conversations.get_conversation(conversation, user_id=user_id)
+            if store.users.is_forgotten(user_id):
                 raise InvalidInput(f"User {user_id!r} asked to be forgotten; use another --user.")
             backend = _backend_with_progress(settings)
         except (NotFound, InvalidInput) as exc:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from deploy.settings import Settings, load_settings
-from feedback.store import Store, StoreError
+from store import Store, StoreError
 
 err = Console(stderr=True)
 

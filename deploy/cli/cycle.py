@@ -22,7 +22,7 @@ from deploy.audit import audited, cli_actor
 from deploy.cli.common import settings_of
 from deploy.cli.options import with_options
 from deploy.loop.cycle import CycleConfig, report_path, run_recorded_cycle
-from feedback.store import Store, StoreError
+from store import Store, StoreError
 from trainer.config import TrainingKnobs
 
 err = Console(stderr=True)

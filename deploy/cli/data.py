@@ -23,7 +23,7 @@ from deploy.audit import audited, cli_actor, note_export
 from deploy.cli.common import call_service, err, open_store, settings_of
 from deploy.loop.privacy import forget_everywhere, training_data_rules, unreached_sentence
 from feedback.export import SharingRules, export_jsonl, export_parquet
-from feedback.store.exports import STDOUT
+from store.privacy import STDOUT
 
 
 class ExportFormat(str, Enum):
@@ -106,7 +106,7 @@ def forget(
                                               body.get("unreached_exports", []))
     else:
         with open_store(settings) as store:
-            named = store.get_user_by_name(user)
+            named = store.users.get_user_by_name(user)
             user_id = named.id if named else user
             if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
                 raise typer.Exit(1)

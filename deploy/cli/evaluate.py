@@ -70,14 +70,14 @@ def _default_model(data_dir: Path) -> Path:
 def _live_release_model(ctx: typer.Context, data_dir: Path | None) -> tuple[Path, Path | None] | None:
     """(base model, adapter) of the live release, or None when there is none to use (no live
     release, its files are gone, or a running service holds the database)."""
-    from feedback.store import Store, StoreError
+    from store import Store, StoreError
 
     db_path = _data_dir(ctx, data_dir) / "advisor.duckdb" if data_dir else settings_of(ctx).db_path
     if not db_path.exists():
         return None
     try:
         with Store(db_path) as store:
-            live = store.live_release()
+            live = store.releases.live_release()
     except StoreError as exc:
         err.print(f"Cannot read the live release ({exc}); using the built-in model. Pass --model/--adapter to choose.")
         return None

@@ -55,7 +55,7 @@ def precision_cmd(
     from feedback.extract.reviews import precision
 
     with open_store(settings_of(ctx)) as store:
-        result = precision(store.reviewed_events(extractor=extractor))
+        result = precision(store.events.reviewed_events(extractor=extractor))
     if as_json:
         print(json.dumps(result))
         return

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from deploy.audit import audited, cli_actor
 from deploy.cli.common import open_store, settings_of
-from feedback.store.safety import labelled_safety_rows
+from store.safety import labelled_safety_rows
 
 err = Console(stderr=True)
 

@@ -33,7 +33,7 @@ from deploy.loop.safety import make_safety_filter
 from deploy.loop.training import launch_request, training_base_model
 from deploy.settings import Settings
 from feedback.datasets import DatasetError, build_dataset
-from feedback.store import NotFound, Store, StoreError
+from store import NotFound, Store, StoreError
 from trainer.config import ConfigError, TrainingKnobs
 from trainer.launch import TrainingBusy, cancel_training, launch_training, poll_training, resume_training
 from trainer.process import RunError
@@ -187,7 +187,7 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
          limit: int = typer.Option(20, "--limit")) -> None:
     """Recent training runs with their status, progress and outcome."""
     with open_store(settings_of(ctx)) as store:
-        statuses = [poll_training(store, r.id) for r in store.list_training_runs(limit=limit)]
+        statuses = [poll_training(store, r.id) for r in store.jobs.list_training_runs(limit=limit)]
     if as_json:
         print(json.dumps([{"id": s.run.id, "method": s.run.method, "status": s.run.status, "step": s.state.step,
                            "max_steps": s.state.max_steps, "loss": s.state.loss, "error": s.run.error,

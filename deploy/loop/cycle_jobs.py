@@ -29,7 +29,7 @@ from deploy.release import registry as releases
 from deploy.release.canary import check_in_service, running_canary, start_in_service
 from deploy.release.evaluate import gate_candidate
 from feedback.extract.runner import run_extraction
-from feedback.store import Store
+from store import Store
 from trainer.config import TrainingKnobs
 from trainer.launch import cancel_training, should_train
 
@@ -156,7 +156,7 @@ def register_canary_job(registry: JobRegistry, ctx: JobContext) -> None:
 def cancel_run_job(store: Store, extras: dict, job_id: str) -> dict[str, Any]:
     """Cancel a running `train` or `cycle` job (by its row id): a training run is stopped now; a
     cycle is flagged and stops at its next check (cancelling its training run, or its gate)."""
-    job = store.get_job(job_id)
+    job = store.jobs.get_job(job_id)
     if job.status not in ("queued", "running"):
         raise ValueError(f"job {job_id} ({job.kind}) is {job.status}; only a running job can be cancelled")
     if job.kind == "cycle":

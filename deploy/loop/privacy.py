@@ -4,11 +4,11 @@ and the retention sweep, each reaching every copy; and what training-set builds 
 Design choices:
 - One function per action, called by every surface (the chat page, the REST API, the CLI, the
   retention job), so none can forget a step: take the footprint (ids and distinctive texts)
-  while the rows exist; delete the rows in one transaction (`feedback.store`); purge the copies
+  while the rows exist; delete the rows in one transaction (`store`); purge the copies
   under the data directory (`feedback.purge`: training snapshots, dataset directories, reports,
-  exports); reclaim the database's freed space (`Store.reclaim_space`: the DuckDB file is
+  exports); reclaim the database's freed space (`Privacy.reclaim_space`: the DuckDB file is
   rewritten, PostgreSQL VACUUMs the touched tables). Exports recorded outside the data
-  directory (`Store.record_export`) cannot be purged: forgetting names them instead.
+  directory (`Privacy.record_export`) cannot be purged: forgetting names them instead.
 - Synchronous: forgetting is rare, and "deleted" should mean deleted when the answer comes back.
   On a large data directory it takes seconds (compaction ≈ 2 s per 400k messages here).
 - Adapter weights trained on a forgotten user's conversations cannot be un-trained: the store
@@ -29,9 +29,8 @@ from deploy.audit import audited
 from deploy.loop.jobs import JobContext, JobRegistry
 from deploy.settings import Settings
 from feedback.purge import purge_copies
-from feedback.store import Store
-from feedback.store.exports import STDOUT
-from feedback.store.privacy import Footprint
+from store import Store
+from store.privacy import STDOUT, Footprint
 
 _REDACTOR: dict[str, Any] = {}
 _REDACTOR_LOCK = threading.Lock()
@@ -56,7 +55,7 @@ def redactor(settings: Settings) -> Any:
 
 def _purge(store: Store, settings: Settings, footprint: Footprint) -> dict[str, Any]:
     report = purge_copies(settings.data_path, footprint, exclude=[store.path])
-    store.reclaim_space(full=settings.privacy.vacuum_full)
+    store.privacy.reclaim_space(full=settings.privacy.vacuum_full)
     return report.as_dict()
 
 
@@ -67,7 +66,7 @@ def unreached_exports(store: Store, settings: Settings, since: datetime | None) 
     if since is None:
         return []
     root = settings.data_path.resolve()
-    return [e.path for e in store.exports_since(since)
+    return [e.path for e in store.privacy.exports_since(since)
             if e.path == STDOUT or not Path(e.path).resolve().is_relative_to(root)]
 
 
@@ -82,9 +81,9 @@ def unreached_sentence(paths: list[str]) -> str:
 def forget_everywhere(store: Store, settings: Settings, user_id: str) -> dict[str, Any]:
     """Forget a user: their rows, the copies of them under the data directory, the freed bytes;
     and name the exports outside the data directory that may hold them (`unreached_exports`)."""
-    footprint = store.user_footprint(user_id)
-    since = store.first_activity(user_id)
-    deleted = store.forget_user(user_id)
+    footprint = store.privacy.user_footprint(user_id)
+    since = store.privacy.first_activity(user_id)
+    deleted = store.privacy.forget_user(user_id)
     return {"deleted": deleted, "copies": _purge(store, settings, footprint),
             "unreached_exports": unreached_exports(store, settings, since)}
 
@@ -102,8 +101,8 @@ def forget_myself(store: Store, settings: Settings, user_id: str, *, surface: st
 def delete_conversation_everywhere(store: Store, settings: Settings, conversation_id: str,
                                    user_id: str) -> dict[str, Any]:
     """Delete one of the user's conversations the same way (NotFound if it is not theirs)."""
-    footprint = store.conversation_footprint(conversation_id, user_id)
-    deleted = store.delete_conversation(conversation_id, user_id)
+    footprint = store.privacy.conversation_footprint(conversation_id, user_id)
+    deleted = store.privacy.delete_conversation(conversation_id, user_id)
     return {"deleted": deleted, "copies": _purge(store, settings, footprint)}
 
 
@@ -113,10 +112,10 @@ def apply_retention(store: Store, settings: Settings, *, now: datetime | None = 
     if days <= 0:
         return {"status": "skipped", "reason": "retention is off (privacy.retention_days = 0)"}
     cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=days)
-    footprint = store.expired_footprint(cutoff)
+    footprint = store.privacy.expired_footprint(cutoff)
     if not footprint:
         return {"cutoff": cutoff.isoformat(), "deleted": {}, "copies": {}}
-    deleted = store.delete_conversations_before(cutoff)
+    deleted = store.privacy.delete_conversations_before(cutoff)
     return {"cutoff": cutoff.isoformat(), "deleted": deleted, "copies": _purge(store, settings, footprint)}
 
 

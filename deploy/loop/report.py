@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.release.gate import AXES
-from feedback.store import Release, Store
+from store import Release, Store
 
 LABELS = {"helpfulness": "Helpfulness", "harmlessness": "Harmlessness", "hh_accuracy": "HH accuracy",
           "self_bleu": "Self-BLEU (lower is more diverse)", "steerability": "Steerability (Spearman rho)"}
@@ -48,7 +48,7 @@ def release_metrics(store: Store, current: dict | None = None) -> list[dict[str,
 
     `current`: this cycle's gate outcome (`{"release_id", "candidate", "live", "live_release_id"}`),
     whose live values belong to the release that was live while it ran."""
-    releases: list[Release] = list(reversed(store.list_releases(limit=MAX_RELEASES)))
+    releases: list[Release] = list(reversed(store.releases.list_releases(limit=MAX_RELEASES)))
     rows = [{"id": r.id, "status": r.status, "created_at": r.created_at.isoformat() if r.created_at else None,
              "metrics": _axis_values(r.decision or {}, "candidate")} for r in releases]
     if current:

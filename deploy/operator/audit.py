@@ -20,7 +20,7 @@ import pandas as pd
 
 from deploy.audit import ACTIONS
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store import AuditEntry
+from store import AuditEntry
 
 COLUMNS = ["time", "actor", "action", "target", "outcome", "via", "details"]
 ALL = "all actions"
@@ -59,4 +59,4 @@ def build_audit_panel(entries: Callable[[str | None], list[AuditEntry]]) -> Pane
 # --------------------------------------------------------------------------- wiring
 
 def operator_panel(services: Any) -> PanelBuilder:
-    return build_audit_panel(lambda action: services.store.list_audit(limit=LIMIT, action=action))
+    return build_audit_panel(lambda action: services.store.audit.list_audit(limit=LIMIT, action=action))

@@ -22,7 +22,7 @@ import pandas as pd
 from deploy.loop.cycle import last_cycle
 from deploy.loop.report import read_report
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store import Job, Store
+from store import Job, Store
 
 STEP_COLUMNS = ["step", "status", "started", "finished", "note / error"]
 

@@ -1,7 +1,7 @@
 """Operator panel: how much natural feedback the extractor finds, and a sample to check by eye.
 
 - Prevalence: the share of active conversations with feedback per category and day
-  (`feedback.store.reports.feedback_prevalence`), as a line per category plus "any". The
+  (`store.reports.feedback_prevalence`), as a line per category plus "any". The
   paper behind the taxonomy found about 30% of chats hold explicit feedback; a sudden drop
   or jump here usually means the extractor, not the users, changed.
 - Sample: the newest mined events with the whole user message and the span highlighted, so a
@@ -19,8 +19,8 @@ import gradio as gr
 import pandas as pd
 
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store.reports import feedback_prevalence, recent_feedback
-from feedback.taxonomy import CATEGORY_IDS
+from store.reports import feedback_prevalence, recent_feedback
+from store.taxonomy import CATEGORY_IDS
 
 SAMPLE_SIZE = 20
 PREVALENCE_DAYS = 30

@@ -23,7 +23,7 @@ import gradio as gr
 
 from deploy.operator.screen import PanelBuilder, PanelContext
 from deploy.release.registry import promote_in_service, rollback_in_service
-from feedback.store import Release
+from store import Release
 
 
 @dataclass
@@ -85,8 +85,8 @@ class ReleasesPanel:
 
     def view(self, ctx: PanelContext) -> tuple[str, Any]:
         store = ctx.store()
-        releases = store.list_releases(limit=200)
-        forgotten = store.forgotten_users_per_release()
+        releases = store.releases.list_releases(limit=200)
+        forgotten = store.privacy.forgotten_users_per_release()
         text = status_markdown(releases, self.deps.serving())
         marked = [r for r in releases if forgotten.get(r.id) and r.status in ("live", "candidate")]
         if marked:

@@ -14,7 +14,7 @@ Design choices:
 - The queue of sampled events lives in the page's `gr.State` (ids and texts of at most
   `SAMPLE_SIZE` events), not on the server: two reviewers draw and work independently, and a
   reload simply draws again. An event reviewed meanwhile by someone else can be reviewed again;
-  the latest verdict counts (`feedback.store.reviews`).
+  the latest verdict counts (`store.events`).
 - Precision is the share of reviewed events called correct, by the week they were mined and by
   the extractor version that mined them, with Wilson 95% intervals
   (`feedback.extract.reviews.precision`); the table shows the intervals, the plot the point
@@ -35,7 +35,7 @@ from deploy.audit import actor_of, record_review
 from deploy.operator.feedback import highlighted
 from deploy.operator.screen import PanelBuilder, PanelContext
 from feedback.extract.reviews import ALL, precision
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 SAMPLE_SIZE = 20
 ANY = "any"
@@ -66,7 +66,7 @@ def card_html(queue: list[dict]) -> str:
 
 def precision_frames(store: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table with intervals: per week and overall; plot frame: precision per category and week)."""
-    p = precision(store.reviewed_events())
+    p = precision(store.events.reviewed_events())
     def row(week: str, version: str, category: str, cell: dict) -> dict:
         return {"week": week, "extractor version": version, "category": category, "reviewed": cell["reviewed"],
                 "correct": cell["correct"], "precision": cell["precision"], "95% low": cell["low"],
@@ -95,8 +95,8 @@ class ReviewPanel:
         """A fresh sample of unreviewed events: (queue, card, note)."""
         if not ctx.is_admin(request):
             return [], "", ctx.denied
-        queue = ctx.store().review_sample(SAMPLE_SIZE, category=None if category in (None, ANY) else category,
-                                          extractor=None if extractor in (None, ANY) else extractor)
+        queue = ctx.store().events.review_sample(SAMPLE_SIZE, category=None if category in (None, ANY) else category,
+                                                 extractor=None if extractor in (None, ANY) else extractor)
         note = f"{len(queue)} events drawn." if queue else "No unreviewed events match."
         return queue, card_html(queue), note
 

@@ -2,7 +2,7 @@
 marks on its refusals.
 
 - The refusal rate per day (refused + replaced over the answers the guard judged,
-  `feedback.store.safety.refusal_rate`) as a plot, with the daily counts beside it.
+  `store.safety.refusal_rate`) as a plot, with the daily counts beside it.
 - The newest refused and replaced answers with the request, the model's withdrawn text (replaced
   answers), the score, the judge and the latest mark.
 - Marking: pick an answer, say "wrong" (it should have been answered) or "right". Admin is checked
@@ -23,7 +23,7 @@ import pandas as pd
 
 from deploy.audit import actor_of, record_safety_mark
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store.safety import MARK_LABELS, guard_decisions, refusal_rate
+from store.safety import MARK_LABELS, guard_decisions, refusal_rate
 
 RATE_DAYS = 30
 EXAMPLES = 30

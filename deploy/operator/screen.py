@@ -7,7 +7,7 @@ their ratings, the jobs table and the releases table. The panels below it are bu
 Design choices:
 - Admin is checked on the server at every call (`PanelContext.is_admin`), not only by who can
   open the page: the page is a convenience, not a permission.
-- The numbers come from `feedback.store.reports`, the same functions behind `/api/admin/*`.
+- The numbers come from `store.reports`, the same functions behind `/api/admin/*`.
 - Action buttons come from `OperatorDeps.buttons()`: (job kind, label) pairs that the service's
   job registry collects from jobs registered with a `button=` label ("Run extraction now",
   "Start cycle"); a click calls `run_job(kind)`. Gradio cannot add components after the page is
@@ -32,8 +32,8 @@ import gradio as gr
 import pandas as pd
 
 from deploy.audit import actor_of, audited
-from feedback.store import Store
-from feedback.store.reports import (
+from store import Store
+from store.reports import (
     counts_over_time,
     jobs_table,
     latest_turns,

@@ -20,7 +20,7 @@ import gradio as gr
 import pandas as pd
 
 from deploy.operator.screen import PanelBuilder, PanelContext
-from feedback.store import Store
+from store import Store
 from trainer.launch import active_run, latest_run, poll_training
 from trainer.rundir import read_progress
 

@@ -38,7 +38,7 @@ from deploy.release.gate import Decision, decide
 from deploy.release.judges import load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
 from deploy.release.registry import ReleaseError, register_candidate
-from feedback.store import Release, Store
+from store import Release, Store
 
 log = logging.getLogger("advisor.gate")
 
@@ -71,8 +71,8 @@ def candidate_release(store: Store, settings: Any, run_id: str) -> Release:
     """The release made from this training run, registered now if it is not yet."""
     from trainer.rundir import run_state
 
-    run = store.get_training_run(run_id)  # NotFound says which id
-    existing = [r for r in store.list_releases(limit=1000) if r.run_id == run_id]
+    run = store.jobs.get_training_run(run_id)  # NotFound says which id
+    existing = [r for r in store.releases.list_releases(limit=1000) if r.run_id == run_id]
     if existing:
         return existing[0]
     if run.status != "succeeded":
@@ -89,7 +89,7 @@ def candidate_release(store: Store, settings: Any, run_id: str) -> Release:
 def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | None]:
     """(the live release to compare with, its adapter path). With no live release, or one for
     another base model, the candidate's base model without an adapter is what would keep serving."""
-    live = store.live_release()
+    live = store.releases.live_release()
     if live is None or live.base_model != candidate.base_model:
         return None, None
     if live.id == candidate.id:
@@ -184,14 +184,14 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals)
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live_subject = live_id or candidate.base_model
-    store.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand.metrics.items() if v is not None},
-                           details={"against": live_subject, "gated_at": gated_at, **cand.details})
-    store.add_eval_results(live_subject, SUITE, {k: v for k, v in other.metrics.items() if v is not None},
-                           details={"against": candidate.id, "gated_at": gated_at, **other.details})
+    store.releases.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand.metrics.items() if v is not None},
+                                    details={"against": live_subject, "gated_at": gated_at, **cand.details})
+    store.releases.add_eval_results(live_subject, SUITE, {k: v for k, v in other.metrics.items() if v is not None},
+                                    details={"against": candidate.id, "gated_at": gated_at, **other.details})
     stored = {**decision.as_dict(), "reasons": decision.reasons, "run_id": run_id, "live_release": live_id,
               "candidate": cand.metrics, "live": other.metrics, "intervals": intervals, "notes": notes,
               "judges": validity, "gated_at": gated_at}
-    store.set_release_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
+    store.releases.set_release_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
     say(decision.summary())
     return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand.metrics, live=other.metrics,
                        live_release_id=live_id, notes=notes, intervals=intervals,

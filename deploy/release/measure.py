@@ -79,7 +79,7 @@ def use(model: Any, side: Side):
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None):
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     attributes = attributes or Attributes()  # what a chat answer gets when nobody moves a slider
     mode = settings.steering_mode
@@ -147,7 +147,7 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
 
 def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
     from evaluator.steerability import answer_grid, level_means, score
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     values = list(inp.settings.gate.steer_values)
 

@@ -26,7 +26,7 @@ from deploy.service.auth import Identity
 from deploy.service.deps import admin, services_of
 from deploy.service.errors import ApiError
 from deploy.service.state import Services
-from feedback.store.reports import (
+from store.reports import (
     counts_over_time,
     jobs_table,
     latest_turns,
@@ -83,7 +83,7 @@ def admin_run_job(kind: str, body: JobParams | None = None, ident: Identity = De
 @router.post("/jobs/{job_id}/cancel", status_code=202)
 def admin_cancel_job(job_id: str, services: Services = Depends(services_of)) -> dict:
     from deploy.loop.cycle_jobs import cancel_run_job
-    from feedback.store import NotFound
+    from store import NotFound
 
     try:
         return cancel_run_job(services.store, services.jobs.ctx.extras, job_id)  # what the jobs see

@@ -40,7 +40,7 @@ from deploy.service.state import Services
 from deploy.serving.factory import make_backend
 from deploy.serving.guard import make_guard, warm_up
 from deploy.settings import Settings
-from feedback.store import Store
+from store import Store
 
 log = logging.getLogger("advisor.service")
 

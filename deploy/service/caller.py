@@ -100,7 +100,7 @@ def adopt_guest_data(services: Services, before: Identity | None, after: Identit
     if before is None or before.name is not None or before.is_admin or before.via not in ("cookie", "new") \
             or before.user_id == after.user_id:
         return {}
-    moved = services.store.move_user_data(before.user_id, after.user_id)
+    moved = services.store.users.move_user_data(before.user_id, after.user_id)
     if "consent" in moved:
         record(services.store, after.user_id, "consent", after.user_id,
                {**moved["consent"], "guest": before.user_id, "surface": surface, "outcome": "ok"})

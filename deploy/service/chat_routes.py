@@ -57,13 +57,13 @@ from deploy.service.shapes import (
 from deploy.service.state import Services
 from deploy.service.streaming import respond, submit
 from feedback.export import user_export
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
 
 router = APIRouter(prefix="/api")
 
 
 def _me_with_settings(ident: Identity, services: Services) -> dict:
-    own = services.store.training_consent(ident.user_id)
+    own = services.store.users.training_consent(ident.user_id)
     default = services.settings.privacy.training_default
     return {**me_dict(ident), "training_consent": own, "training_consent_effective": default if own is None else own,
             "retention_days": services.settings.privacy.retention_days}
@@ -78,7 +78,7 @@ def get_me(ident: Identity = Depends(me), services: Services = Depends(services_
 @router.patch("/me")
 def update_me(body: MeIn, ident: Identity = Depends(me), services: Services = Depends(services_of)) -> dict:
     """Change my settings: `{"training_consent": true|false|null}` (null: the deployment's default)."""
-    services.store.set_training_consent(ident.user_id, body.training_consent)
+    services.store.users.set_training_consent(ident.user_id, body.training_consent)
     return _me_with_settings(ident, services)
 
 
@@ -122,7 +122,7 @@ def list_conversations(limit: int = Query(100, ge=1, le=1000), q: str | None = Q
                        services: Services = Depends(services_of)) -> dict:
     """My conversations, most recently active first; `q` searches titles and text; `before`
     (the `next_before` of the previous page) pages back."""
-    convs = services.store.list_conversations(ident.user_id, limit=limit, query=q, before=before)
+    convs = services.store.conversations.list_conversations(ident.user_id, limit=limit, query=q, before=before)
     nxt = convs[-1].updated_at.isoformat() if len(convs) == limit else None
     return {"conversations": [conversation_dict(c) for c in convs], "next_before": nxt}
 
@@ -130,7 +130,7 @@ def list_conversations(limit: int = Query(100, ge=1, le=1000), q: str | None = Q
 @router.patch("/conversations/{conversation_id}")
 def rename_conversation(conversation_id: str, body: RenameIn, ident: Identity = Depends(me),
                         services: Services = Depends(services_of)) -> dict:
-    return conversation_dict(services.store.rename_conversation(conversation_id, ident.user_id, body.title))
+    return conversation_dict(services.store.conversations.rename_conversation(conversation_id, ident.user_id, body.title))
 
 
 @router.delete("/conversations/{conversation_id}")
@@ -146,8 +146,8 @@ def delete_conversation(conversation_id: str, ident: Identity = Depends(me),
 def create_conversation(body: ConversationIn | None = None, ident: Identity = Depends(me),
                         services: Services = Depends(services_of)) -> dict:
     try:
-        conv = services.store.create_conversation(ident.user_id, title=(body.title if body else "").strip(),
-                                                  source="api")
+        conv = services.store.conversations.create_conversation(ident.user_id, title=(body.title if body else "").strip(),
+                                                                source="api")
     except InvalidInput as exc:
         raise as_api_error(exc) from None
     return conversation_dict(conv)
@@ -157,7 +157,7 @@ def create_conversation(body: ConversationIn | None = None, ident: Identity = De
 def get_conversation(conversation_id: str, leaf: str | None = None, ident: Identity = Depends(me),
                      services: Services = Depends(services_of)) -> dict:
     store = services.store
-    conv = store.get_conversation(conversation_id, user_id=ident.user_id)
+    conv = store.conversations.get_conversation(conversation_id, user_id=ident.user_id)
     views = thread_view(store, conv.id, ident.user_id, leaf_id=leaf)
     return {**conversation_dict(conv), "messages": [v.as_dict() for v in views]}
 
@@ -220,7 +220,7 @@ def rate(message_id: str, body: RatingIn, ident: Identity = Depends(me),
     value = {"like": 1, "dislike": -1, "withdraw": 0}.get(body.value, body.value)  # type: ignore[arg-type]
     reasons = check_reasons(value, body.reasons)
     try:
-        rating = services.store.rate(message_id, ident.user_id, value, reasons=reasons, comment=body.comment)
+        rating = services.store.conversations.rate(message_id, ident.user_id, value, reasons=reasons, comment=body.comment)
     except (InvalidInput, NotFound) as exc:
         raise as_api_error(exc) from None
     services.metrics.record_rating(value)
@@ -230,5 +230,5 @@ def rate(message_id: str, body: RatingIn, ident: Identity = Depends(me),
 
 @router.post("/messages/{message_id}/choose")
 def choose(message_id: str, ident: Identity = Depends(me), services: Services = Depends(services_of)) -> dict:
-    services.store.choose_sibling(message_id, ident.user_id)
+    services.store.conversations.choose_sibling(message_id, ident.user_id)
     return {"chosen": message_id}

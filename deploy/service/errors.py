@@ -14,8 +14,8 @@ from chat.backends import BackendError, BackendUnavailable
 from chat.inflight import ServiceClosing
 from chat.notices import model_failure, reference_for
 from deploy.service.state import Services
-from feedback.attributes import InvalidAttributes
-from feedback.store import InvalidInput, NotFound, StoreError
+from store import InvalidInput, NotFound, StoreError
+from store.attributes import InvalidAttributes
 
 
 class ApiError(Exception):

@@ -59,7 +59,7 @@ from deploy.service.errors import ApiError, as_api_error
 from deploy.service.shapes import parse_attributes
 from deploy.service.state import Services
 from deploy.service.streaming import guarded, run_turn_blocking, stream_turn
-from feedback.store import InvalidInput, Message, NotFound, Store, clean_text
+from store import InvalidInput, Message, NotFound, Store, clean_text
 
 ADVISOR_MODEL = "advisor"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -149,7 +149,7 @@ def _tree(store: Store, conversation_ids: list[str]) -> dict[str, dict[str | Non
     out: dict[str, dict[str | None, list]] = {c: {} for c in conversation_ids}
     if not conversation_ids:
         return out
-    for m in store.message_nodes(conversation_ids):
+    for m in store.conversations.message_nodes(conversation_ids):
         if m.status != "error":
             out[m.conversation_id].setdefault(m.parent_id, []).append((m.id, m.role, _norm(m.content)))
     return out
@@ -170,12 +170,12 @@ def _walk(children: dict, prior: list[tuple[str, str]]) -> tuple[int, str | None
 def _locate(store: Store, user_id: str, prior: list[tuple[str, str]], explicit: str | None) -> tuple[str | None, int, str | None]:
     """(conversation id or None for new, how many prior messages already stored, parent id)."""
     if explicit:
-        store.get_conversation(explicit, user_id=user_id)  # NotFound for others' and unknown ids
+        store.conversations.get_conversation(explicit, user_id=user_id)  # NotFound for others' and unknown ids
         matched, node = _walk(_tree(store, [explicit])[explicit], prior)
         return explicit, matched, node
     if not prior:
         return None, 0, None
-    recent = [c.id for c in store.list_conversations(user_id, limit=_MATCH_RECENT) if c.source == "openai"]
+    recent = [c.id for c in store.conversations.list_conversations(user_id, limit=_MATCH_RECENT) if c.source == "openai"]
     trees = _tree(store, recent)
     for conv in recent:  # newest first
         matched, node = _walk(trees[conv], prior)
@@ -187,7 +187,7 @@ def _locate(store: Store, user_id: str, prior: list[tuple[str, str]], explicit: 
 def _existing_question(store: Store, conversation_id: str, parent_id: str | None, question: str) -> Message | None:
     children = _tree(store, [conversation_id])[conversation_id].get(parent_id, [])
     same = [mid for mid, role, text in children if role == "user" and text == _norm(question)]
-    return store.get_message(same[-1]) if same else None
+    return store.conversations.get_message(same[-1]) if same else None
 
 
 def submit(services: Services, ident: Identity, body: ChatCompletionIn, explicit: str | None) -> Turn:
@@ -204,9 +204,9 @@ def submit(services: Services, ident: Identity, body: ChatCompletionIn, explicit
     with store.transaction():  # locating and storing the history is one step: no half-stored history
         conv_id, matched, parent = _locate(store, ident.user_id, prior, explicit)
         if conv_id is None:
-            conv_id = store.create_conversation(ident.user_id, source="openai").id
+            conv_id = store.conversations.create_conversation(ident.user_id, source="openai").id
         for role, text in prior[matched:]:
-            parent = store.add_message(conv_id, role, text, parent_id=parent).id
+            parent = store.conversations.add_message(conv_id, role, text, parent_id=parent).id
         again = _existing_question(store, conv_id, parent, question) if matched == len(prior) else None
     if again is not None:
         return guarded(services, turns.regenerate, ctx, user_id=ident.user_id, message_id=again.id,

@@ -4,7 +4,7 @@ Any replica serves any user (the conversation, the session cookie's secret and t
 shared: the store, `server.session_secret`, `data_dir`); what this module adds is the rest:
 
 - One leader fires the schedule. Every replica tries the scheduler's advisory lock every
-  `store.coordination_s` seconds (`Store.leadership`); the one that holds it leads, keeps it while
+  `store.coordination_s` seconds (`Jobs.leadership`); the one that holds it leads, keeps it while
   its connection lives, and loses it with its process. A SIGKILLed leader's lock is free as soon as
   PostgreSQL sees the socket close, and the next replica to try takes over: within
   `coordination_s` seconds.
@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from deploy.loop.recovery import recover_stale_work
-from feedback.store.jobs import HEARTBEAT_S
+from store.jobs import HEARTBEAT_S
 
 log = logging.getLogger("advisor.replicas")
 
@@ -55,7 +55,7 @@ class Coordinator:
         self.interval_s = interval_s
         self.name = replica_name()
         self.leading = False
-        self._lead = services.store.leadership("scheduler")
+        self._lead = services.store.jobs.leadership("scheduler")
         self._next_recovery = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="advisor-replica", daemon=True)
@@ -76,7 +76,7 @@ class Coordinator:
         self.leading = False
 
     def _loop(self) -> None:
-        with self.services.store.listener("release", "jobs") as listener:
+        with self.services.store.jobs.listener("release", "jobs") as listener:
             while not self._stop.is_set():
                 try:
                     self.tick(listener.wait(self.interval_s))
@@ -111,11 +111,11 @@ class Coordinator:
         from deploy.release.registry import swap_lock
 
         services = self.services
-        live = services.store.live_release()
+        live = services.store.releases.live_release()
         if live is None or live.id == services.release_id:
             return
         with swap_lock(services):
-            if services.store.live_release() is not None and services.release_id != live.id:
+            if services.store.releases.live_release() is not None and services.release_id != live.id:
                 log.warning("release %s went live on another replica; swapping to it", live.id)
                 services.refresh_release()
 

@@ -43,8 +43,8 @@ def feedback_sample(limit: int = Query(20, ge=1, le=500), category: str | None =
                     services: Services = Depends(services_of)) -> dict:
     """A random sample of mined events (unreviewed ones unless `include_reviewed`); `seed` makes
     it repeatable."""
-    events = services.store.review_sample(limit, category=category, extractor=extractor, seed=seed,
-                                          include_reviewed=include_reviewed)
+    events = services.store.events.review_sample(limit, category=category, extractor=extractor, seed=seed,
+                                                 include_reviewed=include_reviewed)
     return {"events": [_iso(e) for e in events]}
 
 
@@ -61,4 +61,4 @@ def feedback_review(event_id: str, body: ReviewIn, ident: Identity = Depends(adm
 
 @router.get("/precision")
 def feedback_precision(extractor: str | None = None, services: Services = Depends(services_of)) -> dict:
-    return precision(services.store.reviewed_events(extractor=extractor))
+    return precision(services.store.events.reviewed_events(extractor=extractor))

@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from itsdangerous import BadSignature, URLSafeSerializer, URLSafeTimedSerializer
 
 from deploy.settings import ServerSettings
-from feedback.store import Store
+from store import Store
 
 COOKIE_MAX_AGE_S = 365 * 24 * 3600
 CACHE_TTL_S = 1.0
@@ -148,8 +148,8 @@ class SessionManager:
     def start(self, identity: Identity, user_agent: str = "") -> Identity:
         """A new session row for a signed-in user; returns the identity that carries its token."""
         token, now = secrets.token_urlsafe(24), self.clock()
-        self.store.create_session(row_id(token), identity.user_id, is_admin=identity.is_admin, now=now,
-                                  expires_at=now + self.lifetime(identity.is_admin), user_agent=user_agent)
+        self.store.users.create_session(row_id(token), identity.user_id, is_admin=identity.is_admin, now=now,
+                                        expires_at=now + self.lifetime(identity.is_admin), user_agent=user_agent)
         return replace(identity, via="cookie", session=token)
 
     def resolve(self, value: str, user_agent: str = "") -> Identity | None:
@@ -174,7 +174,7 @@ class SessionManager:
 
     def _load(self, claim: Claim, key: str, now: datetime, user_agent: str) -> tuple[Identity, datetime] | None:
         self._maybe_prune(now)
-        row = self.store.get_session(key)
+        row = self.store.users.get_session(key)
         if row is None:
             return self._rowless_guest(claim, key, now, user_agent)
         if row.revoked_at is not None or row.expires_at <= now or row.user_id != claim.user_id:
@@ -182,7 +182,7 @@ class SessionManager:
         expires = row.expires_at
         if now - row.last_seen_at >= TOUCH_EVERY:
             expires = expires if row.is_admin else now + self.lifetime(False)
-            self.store.touch_session(key, now=now, expires_at=expires)
+            self.store.users.touch_session(key, now=now, expires_at=expires)
         name = row.user_name or (self.settings.admin_user or "admin" if row.is_admin else None)
         return Identity(row.user_id, name, row.is_admin, "cookie", claim.token), expires
 
@@ -191,21 +191,21 @@ class SessionManager:
         expires = claim.minted + (LEGACY_MAX_AGE if claim.legacy else self.lifetime(False))
         if not claim.guest or expires <= now:
             return None  # a signed-in session always has its row; a guest's cookie has its age
-        exists, forgotten = self.store.session_owner(claim.user_id)
+        exists, forgotten = self.store.users.session_owner(claim.user_id)
         if forgotten:
             return None
         if exists:  # the guest has written something: their session gets its row now
             created = now if claim.legacy else claim.minted  # an upgraded v1 cookie: idle rule from today
             expires = created + self.lifetime(False)
-            self.store.create_session(key, claim.user_id, created_at=created, expires_at=expires, now=now,
-                                      user_agent=user_agent)
+            self.store.users.create_session(key, claim.user_id, created_at=created, expires_at=expires, now=now,
+                                            user_agent=user_agent)
         return Identity(claim.user_id, None, False, "cookie", claim.token), expires
 
     def _maybe_prune(self, now: datetime) -> None:
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = now
-        self.store.prune_sessions(before=now - PRUNE_AFTER)
+        self.store.users.prune_sessions(before=now - PRUNE_AFTER)
 
     # ---- ending
 
@@ -214,15 +214,15 @@ class SessionManager:
         if not identity.session:
             return
         key = row_id(identity.session)
-        self.store.revoke_session(key, user_id=identity.user_id, now=self.clock(),
-                                  expires_at=self.clock() + self.lifetime(identity.is_admin))
+        self.store.users.revoke_session(key, user_id=identity.user_id, now=self.clock(),
+                                        expires_at=self.clock() + self.lifetime(identity.is_admin))
         with self._lock:
             self._cache.pop(key, None)
 
     def end_all(self, user_id: str, *, keep: Identity | None = None) -> int:
         """Revoke every session of a user (but `keep`'s); returns how many rows were revoked."""
-        n = self.store.revoke_user_sessions(user_id, now=self.clock(),
-                                            keep=row_id(keep.session) if keep and keep.session else None)
+        n = self.store.users.revoke_user_sessions(user_id, now=self.clock(),
+                                                  keep=row_id(keep.session) if keep and keep.session else None)
         self.drop_user(user_id, keep=keep)
         return n
 

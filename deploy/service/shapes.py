@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 from deploy.service.auth import Identity
 from deploy.service.errors import ApiError
 from deploy.service.state import Services
-from feedback.attributes import Attributes, InvalidAttributes
-from feedback.store import Message
+from store import Message
+from store.attributes import Attributes, InvalidAttributes
 
 AttributesIn = dict[str, Any] | str | None
 

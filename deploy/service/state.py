@@ -22,7 +22,7 @@ from deploy.service.auth import Auth
 from deploy.service.metrics import Metrics
 from deploy.serving.factory import sampling_params, turn_context, use_live_release
 from deploy.settings import Settings
-from feedback.store import Store
+from store import Store
 
 log = logging.getLogger("advisor.service")
 

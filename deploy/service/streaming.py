@@ -26,8 +26,8 @@ from chat.turns import Turn
 from deploy.service.errors import ApiError, as_api_error
 from deploy.service.shapes import message_dict
 from deploy.service.state import Services
-from feedback.attributes import InvalidAttributes
-from feedback.store import InvalidInput, NotFound
+from store import InvalidInput, NotFound
+from store.attributes import InvalidAttributes
 
 
 def _finish(services: Services, source: str, turn: Turn) -> None:

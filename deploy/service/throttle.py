@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from deploy.settings import ServerSettings
-from feedback.store import Store
+from store import Store
 
 PRUNE_EVERY = timedelta(hours=1)
 
@@ -71,10 +71,10 @@ class LoginThrottle:
         try:
             yield
         except self.failure:
-            self.store.record_login_attempt(key, False, now=self.clock())
+            self.store.users.record_login_attempt(key, False, now=self.clock())
             raise
         else:
-            self.store.record_login_attempt(key, True, now=self.clock())
+            self.store.users.record_login_attempt(key, True, now=self.clock())
         finally:
             with self._lock:
                 self._busy.discard(key)
@@ -84,7 +84,7 @@ class LoginThrottle:
         window, lockout = timedelta(minutes=s.login_window_minutes), timedelta(minutes=s.login_lockout_minutes)
         self._maybe_prune(now, window + lockout)
         failures: list[datetime] = []
-        for ok, at in self.store.login_attempts(key, since=now - window - lockout):
+        for ok, at in self.store.users.login_attempts(key, since=now - window - lockout):
             failures = [] if ok else [*failures, at]  # a success wipes the slate
         n = s.login_max_failures
         if len(failures) >= n:
@@ -107,4 +107,4 @@ class LoginThrottle:
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = now
-        self.store.prune_login_attempts(before=now - horizon - timedelta(days=1))
+        self.store.users.prune_login_attempts(before=now - horizon - timedelta(days=1))

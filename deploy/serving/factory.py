@@ -23,8 +23,8 @@ from chat.builtin.sft import Progress
 from chat.guard import Guard
 from chat.turns import TurnContext
 from deploy.settings import Settings, SettingsError
-from feedback.attributes import SteeringMode
-from feedback.store import Store
+from store import Store
+from store.attributes import SteeringMode
 
 
 def model_needs_build(settings: Settings) -> bool:

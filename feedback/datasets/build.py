@@ -45,7 +45,7 @@ from feedback.datasets.card import (
     write_rows,
 )
 from feedback.labeller import HeuristicLabeller, Labeller
-from feedback.store.analytics import extractor_versions, training_conversation_ids
+from store.analytics import extractor_versions, training_conversation_ids
 
 MESSAGE_LISTS = ("prompt", "completion", "chosen", "rejected")
 
@@ -96,7 +96,7 @@ def build_dataset(
     consent_default: bool = True,
     redactor: Redactor | None = None,
 ) -> DatasetCard:
-    """Build one training set from `store` (a `feedback.store.Store`) into `out_dir`.
+    """Build one training set from `store` (a `store.Store`) into `out_dir`.
 
     Writes train/eval Parquet and the dataset card (JSON + Markdown); returns the card.
     `safety_filter` defaults to `AcceptEverythingFilter` (nothing moderated) and `redactor` to none

@@ -8,11 +8,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from feedback.attributes import Attributes
 from feedback.datasets.card import GUARD_WRITTEN, TRAIN_COLUMNS, DatasetError, SafetyFilter
 from feedback.labeller import BAD, GOOD, MIXED, Labeller, Reception
-from feedback.store.analytics import training_rows
-from feedback.taxonomy import REPEAT_REPHRASE
+from store.analytics import training_rows
+from store.attributes import Attributes
+from store.taxonomy import REPEAT_REPHRASE
 
 # --------------------------------------------------------------------------- reading the store
 

@@ -4,7 +4,7 @@
   al.'s prompt over whole conversations, on any completion function), `CombinedExtractor` (both,
   each span labelled with its finder); `make_extractor`.
 - `run_extraction` / `ExtractionRunner`: incremental, chunked, watermarked runs over the store,
-  each a `jobs` row. (What the operator screen reads of their output: `feedback.store.reports`.)
+  each a `jobs` row. (What the operator screen reads of their output: `store.reports`.)
 - `load_gold`, `predict`, `evaluate`: the paper's span and category precision/recall with
   bootstrap intervals, on gold files such as the shipped `feedback/data/dev_gold.jsonl`.
 - `tune`: the fast extractor's thresholds, fitted on the dev split.

@@ -64,7 +64,7 @@ from feedback.extract.features import TurnContext, features, join_adjacent, sent
 from feedback.extract.hostile import meta_ranges, touches
 from feedback.extract.rerank import Reranker, pair
 from feedback.extract.types import BatchResult, Span, Window, make_span
-from feedback.taxonomy import (
+from store.taxonomy import (
     ASK_CLARIFICATION,
     AWARE_WITH_CORRECTION,
     AWARE_WITHOUT_CORRECTION,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from feedback.extract.metrics import Prediction
 from feedback.extract.types import BatchResult, Extractor, Window
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SHIPPED_GOLD = DATA_DIR / "dev_gold.jsonl"  # templated conversations written by the project: a unit-test set

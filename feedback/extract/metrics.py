@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 NONE = "none"
 _COLUMNS = ("n_pred", "pred_span_ok", "pred_cat_ok", "n_gold", "gold_span_found", "gold_cat_found")

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from feedback.extract.prompt import UR_CODES
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 _DECODER = json.JSONDecoder()
 _FENCE = re.compile(r"```[a-zA-Z]*")

@@ -55,7 +55,7 @@ If there is no feedback, use the following format:
 
 """
 PROMPT_SOURCE = "shachardon/naturally_occurring_feedback: prompt_prefix/improved_guidelines_with_format_json"
-# The paper's abbreviations, in the taxonomy's order (feedback.taxonomy.CATEGORY_IDS).
+# The paper's abbreviations, in the taxonomy's order (store.taxonomy.CATEGORY_IDS).
 UR_CODES = {"ur1": "repeat_rephrase", "ur2": "aware_with_correction", "ur3": "aware_without_correction",
             "ur4": "ask_clarification", "ur5": "positive"}
 

@@ -18,7 +18,7 @@
 Design choices:
 - A precision estimate, not recall: a review sees what was mined, never what was missed. Recall
   needs gold conversations annotated in full (`hh_gold.jsonl`).
-- The sample the panel draws is uniform over unreviewed events (`Store.review_sample`), so a
+- The sample the panel draws is uniform over unreviewed events (`Events.review_sample`), so a
   category's reviewed share estimates that category's precision without weighting.
 - Records carry no split, so `load_gold(..., split="dev")` never mixes them into the tuning set
   by accident; `source.dataset` is "advisor-reviews" with the conversation and message ids.
@@ -34,11 +34,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from feedback.store.analytics import branch_histories
-from feedback.taxonomy import CATEGORY_IDS
+from store.analytics import branch_histories
+from store.taxonomy import CATEGORY_IDS
 
 if TYPE_CHECKING:
-    from feedback.store import ReviewedEvent, Store
+    from store import ReviewedEvent, Store
 
 ALL = "all"
 Z95 = 1.959964
@@ -64,7 +64,7 @@ def week_of(when: datetime) -> str:
 
 
 def version_of(r: ReviewedEvent) -> str:
-    """The extractor and its version, as `feedback.store.analytics.extractor_versions` names them."""
+    """The extractor and its version, as `store.analytics.extractor_versions` names them."""
     return f"{r.extractor} {r.extractor_version or ''}".strip()
 
 
@@ -110,7 +110,7 @@ def gold_records(store: Store, reviewed: Sequence[ReviewedEvent]) -> list[dict]:
     histories = branch_histories(store, list(by_message))
     records = []
     for message_id, events in by_message.items():
-        message = store.get_message(message_id)
+        message = store.conversations.get_message(message_id)
         history = histories.get(message_id, ())
         index = len(history)
         items, seen = [], set()
@@ -136,7 +136,7 @@ def gold_records(store: Store, reviewed: Sequence[ReviewedEvent]) -> list[dict]:
 
 def export_gold(store: Store, path: str | Path, *, extractor: str | None = None) -> int:
     """Write the reviewed events as gold JSON lines; returns how many records (messages)."""
-    records = gold_records(store, store.reviewed_events(extractor=extractor))
+    records = gold_records(store, store.events.reviewed_events(extractor=extractor))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

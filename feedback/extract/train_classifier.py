@@ -50,7 +50,7 @@ from feedback.extract.fast import FastConfig, FastExtractor
 from feedback.extract.features import WORD_PREFIXES, join_adjacent, settle, settles
 from feedback.extract.gold import SHIPPED_GOLD, GoldConversation, load_gold, predict, windows_of
 from feedback.extract.metrics import Prediction, evaluate
-from feedback.taxonomy import CATEGORY_IDS
+from store.taxonomy import CATEGORY_IDS
 
 REAL_GOLD = SHIPPED_GOLD.parent / "hh_gold.jsonl"
 CLASSES = (NONE, *CATEGORY_IDS)

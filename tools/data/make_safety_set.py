@@ -58,7 +58,7 @@ def answer(model_dir: Path, mode: str, questions: list[str], max_new_tokens: int
 
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
-    from feedback.attributes import Attributes
+    from store.attributes import Attributes
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)

@@ -11,8 +11,8 @@ Design choices:
   and the history stays for the audit. The operator is the audit actor (`deploy.audit.actor_of`).
 - Only an answer the guard wrote (refused or replaced) can be marked: "wrong" means "should have
   been answered", which says nothing about an answer the guard let through.
-- The write is portable SQL (`Store.mark_safety`); the reads parse the generation JSON, so they
-  are analytics SQL in DuckDB's dialect (`json_extract_string`), like `feedback.store.outcomes`.
+- The write is portable SQL (`SafetyMarks.mark_safety`); the reads parse the generation JSON, so they
+  are analytics SQL in DuckDB's dialect (`json_extract_string`), like `store.outcomes`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from feedback.store.conversations import Conversations
-from feedback.store.records import InvalidInput, NotFound, new_id
+from store.conversations import Conversations
+from store.db import Database
+from store.records import InvalidInput, NotFound, new_id
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 MARK_LABELS = ("wrong", "right")
 GUARD_WRITTEN = ("refused", "replaced")
@@ -44,7 +45,12 @@ class SafetyMark:
                 "created_at": self.created_at.isoformat() if self.created_at else None}
 
 
-class SafetyMarks(Conversations):
+class SafetyMarks:
+    """Operators' marks on the guard's refusals and replacements."""
+
+    def __init__(self, db: Database, conversations: Conversations):
+        self._db, self._conversations = db, conversations
+
     def mark_safety(self, message_id: str, operator: str, label: str) -> SafetyMark:
         """Record an operator's mark on an answer the guard refused or replaced."""
         if label not in MARK_LABELS:
@@ -52,20 +58,20 @@ class SafetyMarks(Conversations):
         if not operator:
             raise InvalidInput("a mark needs an operator")
         mark_id = new_id()
-        with self.transaction():
-            message = self.get_message(message_id)  # NotFound for an unknown id
+        with self._db.transaction():
+            message = self._conversations.get_message(message_id)  # NotFound for an unknown id
             safety = message.generation.safety if message.generation is not None else None
             if message.role != "assistant" or not safety or safety.get("verdict") not in GUARD_WRITTEN:
                 raise InvalidInput("Only an answer the safety guard refused or replaced can be marked.")
-            self._execute("INSERT INTO safety_marks (id, message_id, operator, label) VALUES (?, ?, ?, ?)",
-                          [mark_id, message_id, operator, label])
+            self._db.execute("INSERT INTO safety_marks (id, message_id, operator, label) VALUES (?, ?, ?, ?)",
+                             [mark_id, message_id, operator, label])
         return self.safety_marks(message_id)[-1]
 
     def safety_marks(self, message_id: str) -> list[SafetyMark]:
         """Every mark on an answer, oldest first (the last one counts)."""
-        rows = self._read("SELECT id, message_id, operator, label, created_at FROM safety_marks "
-                          "WHERE message_id = ? ORDER BY created_at, id", [message_id])
-        if not rows and self._read_one("SELECT id FROM messages WHERE id = ?", [message_id]) is None:
+        rows = self._db.read("SELECT id, message_id, operator, label, created_at FROM safety_marks "
+                             "WHERE message_id = ? ORDER BY created_at, id", [message_id])
+        if not rows and self._db.read_one("SELECT id FROM messages WHERE id = ?", [message_id]) is None:
             raise NotFound(f"No message {message_id!r}.")
         return [SafetyMark(*r) for r in rows]
 
@@ -109,7 +115,7 @@ def guard_decisions(store: Store, *, verdicts: tuple[str, ...] = GUARD_WRITTEN, 
     if limit is not None:
         sql += " LIMIT ?"
         params.append(int(limit))
-    return [dict(zip(_DECISION_KEYS, row)) for row in store._analytics(sql, params)]
+    return [dict(zip(_DECISION_KEYS, row)) for row in store._db.analytics(sql, params)]
 
 
 def labelled_safety_rows(store: Store, *, marked_only: bool = False) -> list[dict[str, Any]]:
@@ -126,7 +132,7 @@ def refusal_rate(store: Store, *, days: int = 30) -> list[dict[str, Any]]:
     """Per day of the window (zeros included): answers the guard judged, how many it refused and
     replaced, and the share it wrote (refused + replaced over judged)."""
     since = f"date_trunc('day', now() - INTERVAL {int(days)} DAY)"
-    rows = store._analytics(
+    rows = store._db.analytics(
         f"WITH grid AS (SELECT unnest(generate_series({since}, date_trunc('day', now()), INTERVAL 1 DAY)) AS t), "
         "v AS (SELECT date_trunc('day', created_at) AS t, json_extract_string(generation, '$.safety.verdict') AS verdict "
         f"  FROM messages WHERE role = 'assistant' AND generation IS NOT NULL AND created_at >= {since}) "

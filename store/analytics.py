@@ -4,7 +4,7 @@ Named, typed functions over a `Store` for the jobs that scan the log in bulk, as
 aggregates' point reads and writes on the turn path.
 
 Design choices:
-- Analytics SQL, through `_analytics`: these reads run on DuckDB, on PostgreSQL stores over the
+- Analytics SQL, through `Database.analytics`: these reads run on DuckDB, on PostgreSQL stores over the
   in-memory mirror of its tables (`mirror.py`), so they may use DuckDB's dialect (`$name` parameters, `unnest`,
   `arg_max`, struct and list literals). `arg_max(x, created_at)` is DuckDB's "latest per key".
 - Rows come back as named tuples: a caller unpacks them as tuples, or reads them by name.
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from feedback.attributes import NAMES as ATTRIBUTE_NAMES
-from feedback.attributes import Attributes
+from store.attributes import NAMES as ATTRIBUTE_NAMES
+from store.attributes import Attributes
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from feedback.store import Store
+    from store import Store
 
 
 # --------------------------------------------------------------------------- extraction
@@ -61,7 +61,7 @@ ORDER BY u.seq
 def user_turns_after(store: Store, after: int, upto: int, limit: int) -> list[UserTurn]:
     """Up to `limit` user messages with `after < seq <= upto`, in seq order (keyset pagination),
     each on its own branch of the tree: an errored answer is no answer."""
-    return [UserTurn(*r) for r in store._analytics(_USER_TURNS_SQL, [after, upto, limit])]
+    return [UserTurn(*r) for r in store._db.analytics(_USER_TURNS_SQL, [after, upto, limit])]
 
 
 def branch_histories(store: Store, message_ids: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -70,7 +70,7 @@ def branch_histories(store: Store, message_ids: Sequence[str]) -> dict[str, tupl
     and errored answers are left out (an errored answer is no answer)."""
     if not message_ids:
         return {}
-    rows = store._analytics(
+    rows = store._db.analytics(
         "SELECT id, parent_id, role, content, status FROM messages WHERE conversation_id IN "
         "(SELECT conversation_id FROM messages WHERE list_contains(?, id))", [list(message_ids)])
     by_id = {r[0]: r for r in rows}
@@ -139,7 +139,7 @@ class TrainingConversations(NamedTuple):
 def training_conversation_ids(store: Store, *, consent_default: bool = True) -> TrainingConversations:
     """Every conversation whose user is not forgotten and lets their conversations train the
     advisor (their own setting, else `consent_default`), in creation order."""
-    rows = store._analytics(
+    rows = store._db.analytics(
         "SELECT c.id, c.user_id, f.user_id IS NOT NULL, coalesce(u.training_consent, ?) FROM conversations c "
         "LEFT JOIN forgotten_users f ON f.user_id = c.user_id LEFT JOIN users u ON u.id = c.user_id "
         "ORDER BY c.created_at, c.id", [consent_default])
@@ -153,22 +153,22 @@ def training_rows(store: Store, conversation_ids: Sequence[str]) -> TrainingRows
     """The messages, latest ratings, kept siblings and mined feedback of these conversations."""
     ids = {"ids": list(conversation_ids)}
     attr_cols = ", ".join(f"g.{n}" for n in ATTRIBUTE_NAMES)
-    msgs = store._analytics(
+    msgs = store._db.analytics(
         f"SELECT m.conversation_id, m.id, m.parent_id, m.role, m.content, m.status, m.seq, "
         f"coalesce(json_extract_string(m.generation, '$.safety.verdict') IN ('refused', 'replaced'), false), "
         f"g.message_id IS NOT NULL, {attr_cols} FROM messages m "
         "LEFT JOIN generations g ON g.message_id = m.id "
         "WHERE m.conversation_id IN (SELECT unnest($ids)) ORDER BY m.seq", ids)
-    ratings = store._analytics(
+    ratings = store._db.analytics(
         "SELECT r.message_id, arg_max(r.value, r.created_at) FROM ratings r "
         "JOIN messages m ON m.id = r.message_id "
         "WHERE m.conversation_id IN (SELECT unnest($ids)) "
         "AND r.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY r.message_id", ids)
-    kept = store._analytics(
+    kept = store._db.analytics(
         "SELECT m.conversation_id, s.parent_id, arg_max(s.message_id, s.created_at) FROM sibling_choices s "
         "JOIN messages m ON m.id = s.message_id WHERE m.conversation_id IN (SELECT unnest($ids)) "
         "AND s.user_id NOT IN (SELECT user_id FROM forgotten_users) GROUP BY m.conversation_id, s.parent_id", ids)
-    feedback = store._analytics(
+    feedback = store._db.analytics(
         "SELECT DISTINCT conversation_id, target_message_id, category, message_id FROM feedback_events "
         "WHERE conversation_id IN (SELECT unnest($ids))", ids)
     messages = [
@@ -185,7 +185,7 @@ def feedback_count_since(store: Store, since: datetime | None) -> int:
     """Explicit and mined feedback (ratings, sibling choices, feedback events) created after
     `since`, or ever when None: what decides whether another training run is worth it."""
     where, params = ("", []) if since is None else (" WHERE created_at > ?", [since])
-    return sum(int(store._analytics(f"SELECT count(*) FROM {table}{where}", params)[0][0])
+    return sum(int(store._db.analytics(f"SELECT count(*) FROM {table}{where}", params)[0][0])
                for table in ("ratings", "feedback_events", "sibling_choices"))
 
 
@@ -209,7 +209,7 @@ ORDER BY m.conversation_id, m.seq
 def messages_table(store: Store) -> pa.Table:
     """One flat row per message (its conversation's user and title, the answer's generation
     metadata, its ratings as a list), as an Arrow table: the Parquet export writes it as is."""
-    return store._analytics_arrow(_EXPORT_SQL)
+    return store._db.analytics_arrow(_EXPORT_SQL)
 
 
 def extractor_versions(store: Store, *, conversations: Sequence[str] = (), answers: Sequence[str] = ()) -> dict[str, int]:
@@ -219,7 +219,7 @@ def extractor_versions(store: Store, *, conversations: Sequence[str] = (), answe
     (the review panel's) can be set beside them."""
     if not conversations and not answers:
         return {}
-    rows = store._analytics(
+    rows = store._db.analytics(
         "SELECT extractor, coalesce(extractor_version, ''), count(*) FROM feedback_events "
         "WHERE conversation_id IN (SELECT unnest($conversations)) OR target_message_id IN (SELECT unnest($answers)) "
         "GROUP BY 1, 2 ORDER BY 1, 2", {"conversations": list(conversations), "answers": list(answers)})

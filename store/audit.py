@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from feedback.store.db import Database
-from feedback.store.records import new_id
+from store.db import Database
+from store.records import new_id
 
 
 @dataclass(frozen=True)
@@ -43,20 +43,25 @@ def _entry(row: tuple) -> AuditEntry:
                       created_at=row[5])
 
 
-class Audit(Database):
+class Audit:
+    """The operator audit log (append-only)."""
+
+    def __init__(self, db: Database):
+        self._db = db
+
     def audit(self, actor: str, action: str, target: str = "", details: dict[str, Any] | None = None) -> AuditEntry:
         """Append one entry; returns it."""
         entry_id = new_id()
-        with self.transaction():
-            self._execute("INSERT INTO audit_log (id, actor, action, target, details) VALUES (?, ?, ?, ?, ?)",
-                          [entry_id, actor, action, target or "", json.dumps(details or {}, default=str)])
-        row = self._read_one("SELECT id, actor, action, target, details, created_at FROM audit_log WHERE id = ?",
-                             [entry_id])
+        with self._db.transaction():
+            self._db.execute("INSERT INTO audit_log (id, actor, action, target, details) VALUES (?, ?, ?, ?, ?)",
+                             [entry_id, actor, action, target or "", json.dumps(details or {}, default=str)])
+        row = self._db.read_one("SELECT id, actor, action, target, details, created_at FROM audit_log WHERE id = ?",
+                                [entry_id])
         return _entry(row)
 
     def list_audit(self, limit: int = 100, action: str | None = None) -> list[AuditEntry]:
         """The latest entries, newest first; only one action's with `action`."""
         where, params = ("WHERE action = ? ", [action]) if action else ("", [])
-        rows = self._read("SELECT id, actor, action, target, details, created_at FROM audit_log "
-                          f"{where}ORDER BY created_at DESC, id LIMIT ?", [*params, int(limit)])
+        rows = self._db.read("SELECT id, actor, action, target, details, created_at FROM audit_log "
+                             f"{where}ORDER BY created_at DESC, id LIMIT ?", [*params, int(limit)])
         return [_entry(r) for r in rows]

@@ -1,11 +1,11 @@
 """Coordination between service replicas that share a PostgreSQL store: who leads, and who hears
 about a change. On a DuckDB file there is one process, so it always leads and nobody listens.
 
-    lead = store.leadership("scheduler")
+    lead = store.jobs.leadership("scheduler")
     if lead.acquire():            # call it every few seconds: takes, keeps or loses the lead
         ...                       # only the leader fires scheduled jobs
-    store.notify("release", release_id)          # in the caller's transaction: sent at commit
-    with store.listener("release") as listener:
+    store.jobs.notify("release", release_id)     # in the caller's transaction: sent at commit
+    with store.jobs.listener("release") as listener:
         for channel, payload in listener.wait(5.0): ...
 
 Design choices:
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from feedback.store.db import Database
+from store.db import Database
 
 CHANNEL_PREFIX = "advisor_"
 
@@ -51,8 +51,8 @@ class Leadership:
 
 
 class _PgLeadership(Leadership):
-    def __init__(self, engine: Any, name: str):
-        self._engine, self._key = engine, _lock_key(name)
+    def __init__(self, db: Database, name: str):
+        self._db, self._key = db, _lock_key(name)
         self._conn: Any = None
         self._held = False
 
@@ -62,7 +62,7 @@ class _PgLeadership(Leadership):
 
         try:
             if self._conn is None or self._conn.closed:
-                self._conn, self._held = self._engine.dedicated_connection(), False
+                self._conn, self._held = self._db.dedicated_connection(), False
             if self._held:
                 self._conn.execute("SELECT 1")
             else:
@@ -93,12 +93,12 @@ class Listener:
 
 
 class _PgListener(Listener):
-    def __init__(self, engine: Any, channels: tuple[str, ...]):
-        self._engine, self._channels = engine, channels
+    def __init__(self, db: Database, channels: tuple[str, ...]):
+        self._db, self._channels = db, channels
         self._conn: Any = None
 
     def _connect(self) -> None:
-        self._conn = self._engine.dedicated_connection()
+        self._conn = self._db.dedicated_connection()
         for channel in self._channels:
             self._conn.execute(f"LISTEN {CHANNEL_PREFIX}{channel}")
 
@@ -126,20 +126,21 @@ class _PgListener(Listener):
             self._conn = None
 
 
-class Coordination(Database):
-    def leadership(self, name: str) -> Leadership:
-        """The lead for `name` (e.g. "scheduler") among the processes sharing this database."""
-        return _PgLeadership(self._engine, name) if self.shared else Leadership()
+def leadership(db: Database, name: str) -> Leadership:
+    """The lead for `name` (e.g. "scheduler") among the processes sharing this database."""
+    return _PgLeadership(db, name) if db.shared else Leadership()
 
-    def notify(self, channel: str, payload: str = "") -> None:
-        """Tell listening replicas (in the caller's transaction, if any: sent when it commits)."""
-        if self.shared:
-            self._read("SELECT pg_notify(?, ?)", [CHANNEL_PREFIX + channel, payload])
 
-    @contextmanager
-    def listener(self, *channels: str) -> Iterator[Listener]:
-        listener = _PgListener(self._engine, channels) if self.shared else Listener()
-        try:
-            yield listener
-        finally:
-            listener.close()
+def notify(db: Database, channel: str, payload: str = "") -> None:
+    """Tell listening replicas (in the caller's transaction, if any: sent when it commits)."""
+    if db.shared:
+        db.read("SELECT pg_notify(?, ?)", [CHANNEL_PREFIX + channel, payload])
+
+
+@contextmanager
+def listener(db: Database, *channels: str) -> Iterator[Listener]:
+    listener = _PgListener(db, channels) if db.shared else Listener()
+    try:
+        yield listener
+    finally:
+        listener.close()

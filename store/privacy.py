@@ -1,4 +1,6 @@
-"""Deleting people's data: a user (forgetting), one conversation, or everything past retention.
+"""A person's data: their own copy, and deleting it: a user (forgetting), one conversation, or
+everything past retention; and where exports were written. It spans the aggregates, so it holds
+the users and conversations repositories.
 
 Design choices:
 - One statement list, `_delete_conversations`, for all three: a set of conversations (a subquery)
@@ -20,6 +22,10 @@ Design choices:
   the cookie's token.
 - Releases trained on a forgotten user's conversations are known from `run_users`: weights
   cannot be un-trained, so the registry marks them and the operator decides.
+- Exports written to a file (or to stdout) are recorded, one row each (who, when, the path, the
+  format and whether it was redacted; nothing of the contents), so forgetting a user can name the
+  copies it cannot reach: it purges those under the data directory (`feedback.purge`), and
+  `exports_since` finds the others to name. Append-only, like the audit log.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from feedback.store.users import Users
+from store.conversations import Conversations
+from store.db import Database
+from store.records import new_id
+from store.users import Users
 
 # (what is counted, the statement); `{convs}` is the subquery naming the conversations.
 _DERIVED = [
@@ -74,6 +83,21 @@ NOT_EXPORTED = {
 # Texts shorter than this are not searched for in copies: "thanks" is everybody's.
 MIN_NEEDLE_CHARS = 24
 
+STDOUT = "stdout"
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    id: str
+    actor: str
+    what: str
+    path: str
+    row_count: int
+    created_at: datetime
+
+
+_EXPORT_COLUMNS = "id, actor, what, path, row_count, created_at"
+
 
 @dataclass
 class Footprint:
@@ -92,10 +116,16 @@ class Footprint:
         return bool(self.ids)
 
 
-class Privacy(Users):
+class Privacy:
+    """A person's data across the aggregates: their own copy, forgetting them, deleting a
+    conversation or everything past retention, and where exports were written."""
+
+    def __init__(self, db: Database, users: Users, conversations: Conversations):
+        self._db, self._users, self._conversations = db, users, conversations
+
     def _footprint(self, convs: str, params: Sequence) -> Footprint:
-        rows = self._read(f"SELECT c.user_id, c.id, m.id, m.content, m.role FROM conversations c "
-                          f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
+        rows = self._db.read(f"SELECT c.user_id, c.id, m.id, m.content, m.role FROM conversations c "
+                             f"LEFT JOIN messages m ON m.conversation_id = c.id WHERE c.id IN ({convs})", params)
         fp = Footprint()
         for user_id, conv_id, msg_id, content, role in rows:
             fp.user_ids.add(user_id)
@@ -115,10 +145,10 @@ class Privacy(Users):
             sql = template.format(convs=convs)
             args = list(params) * template.count("{convs}")
             if sql.startswith("SELECT"):
-                row = self._read_one(sql, args)
+                row = self._db.read_one(sql, args)
                 counts[table] = int(row[0]) if row else 0
             else:
-                counts[table] = self._execute(sql, args)
+                counts[table] = self._db.execute(sql, args)
         return counts
 
     def user_footprint(self, user_id: str) -> Footprint:
@@ -129,28 +159,28 @@ class Privacy(Users):
     def forget_user(self, user_id: str) -> dict[str, int]:
         """Delete everything the user wrote and everything derived from it, in one transaction,
         and remember the id so it can never be written again. Returns rows deleted per table."""
-        with self.transaction():
-            self._known_users.discard(user_id)
+        with self._db.transaction():
+            self._users._uncache(user_id)
             counts = self._delete_conversations("SELECT id FROM conversations WHERE user_id = ?", [user_id])
             # Rows the user left outside their own conversations (none today; cheap insurance).
-            counts["ratings"] += self._execute("DELETE FROM ratings WHERE user_id = ?", [user_id])
-            counts["sibling_choices"] += self._execute("DELETE FROM sibling_choices WHERE user_id = ?", [user_id])
-            counts["sessions"] = self._execute("DELETE FROM sessions WHERE user_id = ?", [user_id])
-            counts["consent_changes"] = self._execute("DELETE FROM consent_changes WHERE user_id = ?", [user_id])
-            counts["users"] = self._execute("DELETE FROM users WHERE id = ?", [user_id])
-            self._execute("INSERT INTO forgotten_users (user_id) VALUES (?) ON CONFLICT DO NOTHING", [user_id])
+            counts["ratings"] += self._db.execute("DELETE FROM ratings WHERE user_id = ?", [user_id])
+            counts["sibling_choices"] += self._db.execute("DELETE FROM sibling_choices WHERE user_id = ?", [user_id])
+            counts["sessions"] = self._db.execute("DELETE FROM sessions WHERE user_id = ?", [user_id])
+            counts["consent_changes"] = self._db.execute("DELETE FROM consent_changes WHERE user_id = ?", [user_id])
+            counts["users"] = self._db.execute("DELETE FROM users WHERE id = ?", [user_id])
+            self._db.execute("INSERT INTO forgotten_users (user_id) VALUES (?) ON CONFLICT DO NOTHING", [user_id])
         return counts
 
     def first_activity(self, user_id: str) -> datetime | None:
         """When the user's oldest conversation began (None: they have none): an export written
         before then cannot hold their conversations."""
-        row = self._read_one("SELECT min(created_at) FROM conversations WHERE user_id = ?", [user_id])
+        row = self._db.read_one("SELECT min(created_at) FROM conversations WHERE user_id = ?", [user_id])
         return row[0] if row else None
 
     def reclaim_space(self, *, full: bool = False) -> None:
         """After deleting people's rows: reclaim the space they held, the database's way
         (`Database.compact`; `full`: PostgreSQL rewrites the tables too)."""
-        self.compact(DELETED_TABLES, full=full)
+        self._db.compact(DELETED_TABLES, full=full)
 
     def subject_data(self, user_id: str) -> dict[str, list[dict]]:
         """The person's rows outside their conversation trees, section by section (see
@@ -159,7 +189,7 @@ class Privacy(Users):
         out = {}
         for section, columns, source in _SUBJECT_SECTIONS:
             names = [c.strip() for c in columns.split(",")]
-            rows = self._read(f"SELECT {columns} {source}", [user_id] * source.count("?"))
+            rows = self._db.read(f"SELECT {columns} {source}", [user_id] * source.count("?"))
             out[section] = [dict(zip(names, row)) for row in rows]
         return out
 
@@ -170,8 +200,8 @@ class Privacy(Users):
     def delete_conversation(self, conversation_id: str, user_id: str) -> dict[str, int]:
         """Delete one of the user's conversations and what was derived from it (NotFound if it is
         not theirs)."""
-        self.get_conversation(conversation_id, user_id=user_id)
-        with self.transaction():
+        self._conversations.get_conversation(conversation_id, user_id=user_id)
+        with self._db.transaction():
             return self._delete_conversations("SELECT id FROM conversations WHERE id = ? AND user_id = ?",
                                               [conversation_id, user_id])
 
@@ -180,19 +210,35 @@ class Privacy(Users):
 
     def delete_conversations_before(self, before: datetime) -> dict[str, int]:
         """Retention: delete every conversation last active before `before`, and its derived rows."""
-        with self.transaction():
+        with self._db.transaction():
             return self._delete_conversations("SELECT id FROM conversations WHERE updated_at < ?", [before])
 
     def record_run_users(self, run_id: str, user_ids: Sequence[str]) -> None:
         """Remember whose conversations a training run's set was built from."""
         if user_ids:
-            with self.transaction():
-                self._executemany("INSERT INTO run_users (run_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                                  [[run_id, u] for u in sorted(set(user_ids))])
+            with self._db.transaction():
+                self._db.executemany("INSERT INTO run_users (run_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                     [[run_id, u] for u in sorted(set(user_ids))])
 
     def forgotten_users_per_release(self) -> dict[str, int]:
         """Release id → how many users whose data its adapter was trained on have since been forgotten."""
-        rows = self._read(
+        rows = self._db.read(
             "SELECT r.id, count(DISTINCT f.user_id) FROM releases r JOIN run_users u ON u.run_id = r.run_id "
             "JOIN forgotten_users f ON f.user_id = u.user_id GROUP BY r.id")
         return {release_id: int(n) for release_id, n in rows}
+
+    # ---- where exports were written
+
+    def record_export(self, actor: str, what: str, path: str, row_count: int) -> ExportRecord:
+        """Remember that `actor` wrote an export (`what`: its format) to `path` (absolute, or
+        "stdout")."""
+        export_id = new_id()
+        with self._db.transaction():
+            self._db.execute("INSERT INTO exports (id, actor, what, path, row_count) VALUES (?, ?, ?, ?, ?)",
+                             [export_id, actor, what, path, int(row_count)])
+        return ExportRecord(*self._db.read_one(f"SELECT {_EXPORT_COLUMNS} FROM exports WHERE id = ?", [export_id]))
+
+    def exports_since(self, since: datetime) -> list[ExportRecord]:
+        """Exports written at or after `since`, oldest first."""
+        rows = self._db.read(f"SELECT {_EXPORT_COLUMNS} FROM exports WHERE created_at >= ? ORDER BY created_at, id", [since])
+        return [ExportRecord(*r) for r in rows]

@@ -37,8 +37,8 @@ from typing import Any
 
 import duckdb
 
-from feedback.store.migrations import MIGRATIONS
-from feedback.store.sql_postgres import change_counter
+from store.migrations import MIGRATIONS
+from store.sql_postgres import change_counter
 
 _BLOCK = 1 << 22  # CSV bytes per Arrow batch
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import duckdb
 
-from feedback.store.records import StoreError, StoreLocked
+from store.records import StoreError, StoreLocked
 
 Params = Sequence[Any]
 

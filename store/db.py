@@ -4,20 +4,21 @@ several service replicas share. Backend-neutral; the engines do the talking.
     Database("data/advisor.duckdb")                    # embedded, one process (duck.py)
     Database("postgresql://user@host:5432/advisor")    # shared, many processes (pg.py)
 
-The aggregate modules (users, conversations, ratings, ...) write SQL and hand it to the small
-private helpers here; they never hold a cursor or a connection.
+The repositories (users, conversations, events, ...) each hold this object, write SQL and hand
+it to the small helpers here; they never hold a cursor or a connection. Nothing outside the
+store package sees it (`Store._db`).
 
 Design choices:
-- Composition, not a class per backend: `Store` stays one class whatever the backend, and an
+- Composition, not a class per backend: `Database` stays one class whatever the backend, and an
   engine (`DuckDBEngine`, `PostgresEngine`) implements the same dozen methods. The helpers below
   are the only way in; what differs between drivers is settled inside the engines, each in one
   place: PostgreSQL's placeholder translation (`?` → `%s`, `pg.to_pyformat`), the changed-row
   count (DuckDB answers a DML statement with a row holding it; psycopg has `cursor.rowcount`),
   bulk inserts (a registered Arrow table; `COPY`), and what "committed so far" means for
   `messages.seq` (`committed_seq`).
-- Two kinds of SQL, kept apart: transactional statements (`_read`, `_read_one`, `_execute`,
-  `_returning`, `_executemany`, `_insert_rows`), written in SQL both backends accept, `?`
-  placeholders only; and analytics reads (`_analytics`, `_analytics_arrow`) in DuckDB's dialect.
+- Two kinds of SQL, kept apart: transactional statements (`read`, `read_one`, `execute`,
+  `returning`, `executemany`, `insert_rows`), written in SQL both backends accept, `?`
+  placeholders only; and analytics reads (`analytics`, `analytics_arrow`) in DuckDB's dialect.
   On DuckDB they run on the file; on PostgreSQL on an in-memory DuckDB that mirrors the tables
   a query names (`mirror.py`), never on the transactional path.
 - `transaction()` yields nothing: it groups typed store calls (they run on this thread's cursor
@@ -36,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from feedback.store.migrations import MIGRATIONS
+from store.migrations import MIGRATIONS
 
 Params = Sequence[Any]
 
@@ -48,17 +49,17 @@ def is_url(target: str | Path) -> bool:
 def open_engine(target: str | Path, **options: Any):
     """The engine for a DuckDB file path or a `postgresql://` URL (`options`: PostgreSQL's)."""
     if is_url(target):
-        from feedback.store.pg import PostgresEngine
+        from store.pg import PostgresEngine
 
         return PostgresEngine(str(target), **options)
-    from feedback.store.duck import DuckDBEngine
+    from store.duck import DuckDBEngine
 
     return DuckDBEngine(target)
 
 
 class Database:
-    """One open database: the engine, transactions, the private SQL helpers and migrations.
-    `Store` adds the typed API on top; nothing outside the store package uses this."""
+    """One open database: the engine, transactions, the SQL helpers and migrations. The
+    repositories add the typed API on top; nothing outside the store package uses this."""
 
     def __init__(self, target: str | Path, **options: Any):
         self._engine = open_engine(target, **options)
@@ -87,33 +88,38 @@ class Database:
         with self._engine.transaction():
             yield
 
-    def _serial(self):
+    def dedicated_connection(self):
+        """A PostgreSQL connection of its own, outside the pool (`coordination`: a session-level
+        advisory lock, LISTEN)."""
+        return self._engine.dedicated_connection()
+
+    def serial(self):
         """Context for a lone write that must commit in seq order on DuckDB (its write lock);
         nothing on PostgreSQL, where `committed_seq` copes with any commit order."""
         return self._engine.serial()
 
     # ---- transactional SQL (portable: both backends accept it; `?` placeholders)
 
-    def _read(self, sql: str, params: Params = ()) -> list[tuple]:
+    def read(self, sql: str, params: Params = ()) -> list[tuple]:
         return self._engine.read(sql, params)
 
-    def _read_one(self, sql: str, params: Params = ()) -> tuple | None:
+    def read_one(self, sql: str, params: Params = ()) -> tuple | None:
         rows = self._engine.read(sql, params)
         return rows[0] if rows else None
 
-    def _execute(self, sql: str, params: Params = ()) -> int:
+    def execute(self, sql: str, params: Params = ()) -> int:
         """A write on this thread's cursor (inside the caller's transaction, if any, else in
         autocommit). Returns the rows it changed."""
         return self._engine.execute(sql, params)
 
-    def _returning(self, sql: str, params: Params = ()) -> tuple | None:
+    def returning(self, sql: str, params: Params = ()) -> tuple | None:
         """A write with a RETURNING clause: its first row, None when it wrote nothing."""
         return self._engine.returning(sql, params)
 
-    def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         self._engine.executemany(sql, rows)
 
-    def _insert_rows(self, table: str, columns: Sequence[str], rows: dict[str, list], *,
+    def insert_rows(self, table: str, columns: Sequence[str], rows: dict[str, list], *,
                      skip_conflicts: bool = False) -> int:
         """Insert many rows as one statement and return how many went in. `rows` is column-wise.
         With `skip_conflicts` a row that breaks a unique key is left out (`ON CONFLICT DO
@@ -121,7 +127,7 @@ class Database:
         with self.transaction():
             return self._engine.insert_rows(table, columns, rows, skip_conflicts)
 
-    def _xact_lock(self, name: str) -> None:
+    def xact_lock(self, name: str) -> None:
         """Serialise this transaction with others taking the same named lock, until it ends
         (PostgreSQL: `pg_advisory_xact_lock`; DuckDB: its write lock, held already)."""
         self._engine.xact_lock(name)
@@ -132,7 +138,7 @@ class Database:
         (`pg.PostgresEngine.compact`). Outside any transaction."""
         self._engine.compact(tables, full=full)
 
-    def _committed_seq(self) -> int:
+    def committed_seq(self) -> int:
         """The highest `messages.seq` below which every message that will ever commit has
         committed: the extraction's upper bound. DuckDB: the highest seq (writes are serialised).
         PostgreSQL: see `pg.Settler`."""
@@ -140,10 +146,10 @@ class Database:
 
     # ---- analytics reads (DuckDB SQL: the file itself, or the mirror of a PostgreSQL store)
 
-    def _analytics(self, sql: str, params: Params | dict | None = None) -> list[tuple]:
+    def analytics(self, sql: str, params: Params | dict | None = None) -> list[tuple]:
         return self._engine.analytics(sql, params)
 
-    def _analytics_arrow(self, sql: str, params: Params | dict | None = None):
+    def analytics_arrow(self, sql: str, params: Params | dict | None = None):
         """The same, as an Arrow table (exports write it to Parquet without a Python round trip)."""
         return self._engine.analytics_arrow(sql, params)
 
@@ -151,7 +157,7 @@ class Database:
 
     def _migrate(self) -> None:
         with self.transaction(), self._engine.migration_lock():
-            self._execute(
+            self.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version ("
                 "version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
             )
@@ -162,9 +168,9 @@ class Database:
                 if migration.version <= self.schema_version():
                     continue  # another replica applied it while this one waited for the lock
                 self._engine.script(migration.sql(self.dialect))
-                self._execute("INSERT INTO schema_version (version, description) VALUES (?, ?)",
+                self.execute("INSERT INTO schema_version (version, description) VALUES (?, ?)",
                               [migration.version, migration.description])
 
     def schema_version(self) -> int:
-        row = self._read_one("SELECT coalesce(max(version), 0) FROM schema_version")
+        row = self.read_one("SELECT coalesce(max(version), 0) FROM schema_version")
         return int(row[0]) if row else 0

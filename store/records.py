@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from feedback.attributes import NAMES as ATTRIBUTE_NAMES
-from feedback.attributes import Attributes
+from store.attributes import NAMES as ATTRIBUTE_NAMES
+from store.attributes import Attributes
 
 MAX_MESSAGE_CHARS = 32_000
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

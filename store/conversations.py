@@ -1,5 +1,6 @@
 """Conversations and their messages: a tree per conversation (`parent_id`), regenerate and edit
-adding siblings, and the reads that walk it (the current branch, siblings, kept choices).
+adding siblings, and the reads that walk it (the current branch, siblings, kept choices); the
+explicit feedback on it: thumbs with reasons and a comment, and which sibling a user kept.
 
 Design choices:
 - An answer is written after its last token, so it is one statement: an INSERT whose point
@@ -10,42 +11,56 @@ Design choices:
 - The current branch follows, at each fork, the sibling the user kept (the latest choice wins),
   else the newest. Choices are append-only rows; the latest per fork is read with a window
   function, which DuckDB and PostgreSQL both run.
+- Ratings and sibling choices are append-only events. A user may change their mind (a like,
+  then a dislike; a thumb, then its reasons; a like taken back), so readers take each user's
+  latest row per message; the history stays. A rating of 0 withdraws: the latest row is then "no
+  rating", for the user's view, the operator's counts and the training sets alike.
+- Only the owner of a conversation can rate its answers or choose among its siblings:
+  `get_message(..., user_id=...)` answers `NotFound` for anyone else's.
+- "Latest per key" is a `row_number()` window, not DuckDB's `arg_max`: PostgreSQL runs it too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from feedback.store.records import (
+from store.db import Database
+from store.records import (
     CONVERSATION_COLUMNS,
     MESSAGE_COLUMNS,
+    RATING_COLUMNS,
     Conversation,
     GenerationMeta,
     InvalidInput,
     Message,
     MessageNode,
     NotFound,
+    Rating,
     clean_text,
     message_from_row,
     new_id,
+    rating_from_row,
     without_nul,
 )
-from feedback.store.users import Users, stricter_consent
-
-MERGED_CONSENT_REASON = "merged guest session: stricter consent kept"
+from store.users import Users
 
 _CREATE_CONVERSATION = ("INSERT INTO conversations (id, user_id, title, source) VALUES (?, ?, ?, ?) "
                         "RETURNING created_at, updated_at")
 
 
-class Conversations(Users):
+class Conversations:
+    """Conversations, their messages (with each answer's generation metadata), ratings and the
+    siblings users kept."""
+
+    def __init__(self, db: Database, users: Users):
+        self._db, self._users = db, users
+
     def create_conversation(self, user_id: str, *, title: str = "", source: str = "ui") -> Conversation:
         conv_id = new_id()
-        with self.transaction():
-            self.ensure_user(user_id)
-            row = self._returning(_CREATE_CONVERSATION, [conv_id, user_id, title[:200], source])
+        with self._db.transaction():
+            self._users.ensure_user(user_id)
+            row = self._db.returning(_CREATE_CONVERSATION, [conv_id, user_id, title[:200], source])
         return Conversation(conv_id, user_id, title[:200], source, row[0], row[1])
 
     def get_conversation(self, conversation_id: str, *, user_id: str | None = None) -> Conversation:
@@ -55,7 +70,7 @@ class Conversations(Users):
         if user_id is not None:
             sql += " AND user_id = ?"
             params.append(user_id)
-        row = self._read_one(sql, params)
+        row = self._db.read_one(sql, params)
         if row is None:
             raise NotFound(f"No conversation {conversation_id!r} for this user.")
         return Conversation(*row)
@@ -75,44 +90,21 @@ class Conversations(Users):
             sql += (" AND (lower(title) LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
                     "m.conversation_id = c.id AND lower(m.content) LIKE ? ESCAPE '\\'))")
             params += [pattern, pattern]
-        rows = self._read(sql + " ORDER BY updated_at DESC, id LIMIT ?", [*params, limit])
+        rows = self._db.read(sql + " ORDER BY updated_at DESC, id LIMIT ?", [*params, limit])
         return [Conversation(*r) for r in rows]
 
     def rename_conversation(self, conversation_id: str, user_id: str, title: str) -> Conversation:
         """Give one of the user's conversations a title of their own (NotFound if not theirs)."""
         title = clean_text(title, what="title", max_chars=200)
         self.get_conversation(conversation_id, user_id=user_id)
-        with self.transaction():
-            self._execute("UPDATE conversations SET title = ? WHERE id = ? AND user_id = ?",
-                          [title, conversation_id, user_id])
+        with self._db.transaction():
+            self._db.execute("UPDATE conversations SET title = ? WHERE id = ? AND user_id = ?",
+                             [title, conversation_id, user_id])
         return self.get_conversation(conversation_id, user_id=user_id)
-
-    def move_user_data(self, from_user: str, to_user: str) -> dict[str, Any]:
-        """A guest signs up or signs in: their conversations, ratings, sibling choices and consent
-        history become the account's, in one transaction. The account keeps the stricter of the
-        two consents (`stricter_consent`: the guest's opt-out is not undone by signing in), and a
-        change is written to its consent history. Returns rows moved per table, and under
-        "consent" the change made ({"old", "new", "reason"}), if any."""
-        if from_user == to_user:
-            return {}
-        with self.transaction():
-            self.ensure_user(to_user)
-            moved: dict[str, Any] = {
-                table: self._execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", [to_user, from_user])
-                for table in ("conversations", "ratings", "sibling_choices", "consent_changes")}
-            guest = self._read_one("SELECT training_consent FROM users WHERE id = ?", [from_user])
-            if guest is not None:  # no row: the guest never wrote anything, so chose nothing
-                kept = stricter_consent(guest[0], self.training_consent(to_user))
-                old = self._change_consent(to_user, kept, MERGED_CONSENT_REASON)
-                if old != kept:
-                    moved["consent"] = {"old": old, "new": kept, "reason": MERGED_CONSENT_REASON}
-            self._execute("DELETE FROM users WHERE id = ? AND name IS NULL", [from_user])
-            self._known_users.discard(from_user)
-        return moved
 
     def all_conversations(self, *, limit: int, offset: int = 0) -> list[Conversation]:
         """Every user's conversations, oldest first, a page at a time (exports)."""
-        rows = self._read(
+        rows = self._db.read(
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations ORDER BY created_at, id LIMIT ? OFFSET ?",
             [limit, offset],
         )
@@ -124,10 +116,10 @@ class Conversations(Users):
         if not isinstance(text, str):
             raise InvalidInput("Message content must be text.")
         conv_id, msg_id, title = new_id(), new_id(), text[:80]
-        with self.transaction():
-            self.ensure_user(user_id)
-            created, updated = self._returning(_CREATE_CONVERSATION, [conv_id, user_id, title, source])
-            seq, msg_created = self._returning(
+        with self._db.transaction():
+            self._users.ensure_user(user_id)
+            created, updated = self._db.returning(_CREATE_CONVERSATION, [conv_id, user_id, title, source])
+            seq, msg_created = self._db.returning(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "
                 "VALUES (?, ?, NULL, 'user', ?, 'complete') RETURNING seq, created_at",
                 [msg_id, conv_id, text],
@@ -161,27 +153,27 @@ class Conversations(Users):
         params = [msg_id, conversation_id, parent_id, role, content, status,
                   generation.to_json() if generation is not None else None, *guard_params]
         # A question's insert and UPDATE form one transaction; an answer's insert commits alone.
-        with self.transaction() if role == "user" else self._serial():
-            inserted = self._returning(sql, params)
+        with self._db.transaction() if role == "user" else self._db.serial():
+            inserted = self._db.returning(sql, params)
             if inserted is None:
                 self._raise_missing(conversation_id, parent_id)
             if role == "user":
-                self._execute("UPDATE conversations SET updated_at = now(), "
-                              "title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
-                              [content[:80], conversation_id])
+                self._db.execute("UPDATE conversations SET updated_at = now(), "
+                                 "title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
+                                 [content[:80], conversation_id])
         seq, created_at = inserted
         return Message(msg_id, conversation_id, parent_id, role, content, status, seq, created_at,
                        generation=generation)
 
     def _raise_missing(self, conversation_id: str, parent_id: str | None) -> None:
         """Which reference an insert's guard found missing, as the error the user sees."""
-        if not self._read_one("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]):
+        if not self._db.read_one("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]):
             raise NotFound(f"No conversation {conversation_id!r}.")
         raise NotFound(f"No message {parent_id!r} in this conversation.")
 
     def get_message(self, message_id: str, *, user_id: str | None = None) -> Message:
-        row = self._read_one(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", [message_id])
-        if row is not None and user_id is not None and not self._read_one(
+        row = self._db.read_one(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", [message_id])
+        if row is not None and user_id is not None and not self._db.read_one(
             "SELECT 1 FROM conversations WHERE id = ? AND user_id = ?", [row[1], user_id]
         ):
             row = None
@@ -191,7 +183,7 @@ class Conversations(Users):
 
     def get_messages(self, conversation_id: str) -> list[Message]:
         """Every message of the conversation tree, oldest first: one index lookup."""
-        rows = self._read(
+        rows = self._db.read(
             f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.seq",
             [conversation_id],
         )
@@ -201,7 +193,7 @@ class Conversations(Users):
         """The trees of several conversations at once, oldest first, without generation metadata."""
         if not conversation_ids:
             return []
-        rows = self._read(
+        rows = self._db.read(
             "SELECT id, conversation_id, parent_id, role, content, status FROM messages "
             "WHERE conversation_id = ANY(?) ORDER BY seq",
             [list(conversation_ids)],
@@ -211,7 +203,7 @@ class Conversations(Users):
     def last_message_seq(self) -> int:
         """The highest `messages.seq` below which every message has committed (0 for an empty
         store): on PostgreSQL, where commits come in any order, not simply the highest seq."""
-        return self._committed_seq()
+        return self._db.committed_seq()
 
     def thread(self, conversation_id: str, leaf_id: str | None = None) -> list[Message]:
         """The path from the root to `leaf_id` (default: the current branch — at each fork the
@@ -245,7 +237,7 @@ class Conversations(Users):
 
     def kept_siblings(self, conversation_id: str) -> dict[str | None, str]:
         """parent id → the child the user last chose to keep there (`choose_sibling`)."""
-        rows = self._read(
+        rows = self._db.read(
             "SELECT parent_id, message_id FROM ("
             " SELECT parent_id, message_id,"
             "  row_number() OVER (PARTITION BY parent_id ORDER BY created_at DESC) AS nth"
@@ -260,3 +252,56 @@ class Conversations(Users):
             m for m in self.get_messages(msg.conversation_id)
             if m.parent_id == msg.parent_id and m.role == msg.role
         ]
+
+    # ---- ratings and kept siblings
+
+    def rate(
+        self, message_id: str, user_id: str, value: int, *, reasons: Sequence[str] = (), comment: str = ""
+    ) -> Rating:
+        if value not in (-1, 0, 1):
+            raise InvalidInput("A rating is +1 (like), -1 (dislike) or 0 (take it back).")
+        if value == 0 and (reasons or (comment and comment.strip())):
+            raise InvalidInput("Taking a rating back carries no reasons or comment.")
+        msg = self.get_message(message_id, user_id=user_id)  # only your own conversation's answers
+        if msg.role != "assistant":
+            raise InvalidInput("Only answers can be rated.")
+        reasons = [clean_text(r, what="reason", max_chars=100) for r in reasons]
+        comment = clean_text(comment, what="comment", max_chars=2000) if comment and comment.strip() else ""
+        rating_id = new_id()
+        with self._db.transaction():
+            row = self._db.returning(
+                "INSERT INTO ratings (id, message_id, user_id, value, reasons, comment) VALUES (?, ?, ?, ?, ?, ?) "
+                f"RETURNING {RATING_COLUMNS}",
+                [rating_id, message_id, user_id, value, reasons, comment],
+            )
+        return rating_from_row(row)
+
+    def ratings(self, message_id: str) -> list[Rating]:
+        rows = self._db.read(
+            f"SELECT {RATING_COLUMNS} FROM ratings WHERE message_id = ? ORDER BY created_at", [message_id]
+        )
+        return [rating_from_row(r) for r in rows]
+
+    def latest_ratings(self, user_id: str, message_ids: Sequence[str]) -> dict[str, Rating]:
+        """The user's latest rating of each of these messages (those they rated and did not take
+        back), in one query."""
+        if not message_ids:
+            return {}
+        rows = self._db.read(
+            f"SELECT {RATING_COLUMNS} FROM ("
+            f" SELECT {RATING_COLUMNS},"
+            "  row_number() OVER (PARTITION BY message_id ORDER BY created_at DESC) AS nth"
+            " FROM ratings WHERE user_id = ? AND message_id = ANY(?)) AS latest WHERE nth = 1 AND value <> 0",
+            [user_id, list(message_ids)],
+        )
+        return {r.message_id: r for r in map(rating_from_row, rows)}
+
+    def choose_sibling(self, message_id: str, user_id: str) -> None:
+        """Record that the user kept this answer (or edit) over its siblings."""
+        msg = self.get_message(message_id, user_id=user_id)
+        with self._db.transaction():
+            self._db.execute(
+                "INSERT INTO sibling_choices (id, conversation_id, parent_id, message_id, user_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [new_id(), msg.conversation_id, msg.parent_id, message_id, user_id],
+            )

@@ -1,5 +1,6 @@
 """Jobs: one row per scheduled or manual run (extraction, dataset, training, evaluation, gate,
-cycle, ...), its status, parameters, result and error.
+cycle, ...), its status, parameters, result and error; the training runs jobs start; and the
+coordination of replicas sharing a PostgreSQL store (`coordination`: the leader lock, notifications).
 
 Design choices:
 - Status moves queued → running → succeeded | failed | skipped | cancelled; `running` stamps
@@ -20,6 +21,10 @@ Design choices:
   a replica that is not leading) may run a job, and rather than pids, because replicas live on
   other hosts and in other containers. On a DuckDB file one process owns the database, so every
   running row another store left is stale.
+- Training runs: the run's process never opens the database (DuckDB's single-process lock): it
+  writes progress and artifacts into its run directory, and the service copies status and
+  metrics into the run's row when it polls. So a row is created `queued` and moved along by the
+  service alone. `config` and `metrics` are JSON documents, like a job's params and result.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ import os
 import secrets
 import socket
 import threading
+from contextlib import AbstractContextManager
 from datetime import datetime
 
-from feedback.store.db import Database
-from feedback.store.records import JOB_COLUMNS, Job, NotFound, job_from_row, new_id
+from store import coordination
+from store.db import Database
+from store.records import JOB_COLUMNS, RUN_COLUMNS, Job, NotFound, TrainingRun, job_from_row, new_id, run_from_row
 
 TERMINAL = ("succeeded", "failed", "skipped", "cancelled")
 HEARTBEAT_S = 10.0  # how often a store on PostgreSQL renews the lease of the jobs it runs
@@ -48,8 +55,14 @@ def stop_reason(job: Job) -> str:
     return f"the process that ran it stopped: {owner} at {last.isoformat(sep=' ', timespec='seconds')}"
 
 
-class Jobs(Database):
+class Jobs:
+    """Jobs and their leases, training runs, and the coordination of replicas (who leads, who
+    hears of a change)."""
+
     heartbeat_s: float = HEARTBEAT_S
+
+    def __init__(self, db: Database):
+        self._db = db
 
     @property
     def owner(self) -> str:
@@ -63,8 +76,8 @@ class Jobs(Database):
         status: str = "running", parent_id: str | None = None,
     ) -> Job:
         job_id = new_id()
-        with self.transaction():
-            self._execute(
+        with self._db.transaction():
+            self._db.execute(
                 "INSERT INTO jobs (id, kind, trigger, status, params, parent_id, owner, started_at, heartbeat_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? = 'running' THEN now() END, "
                 "CASE WHEN ? = 'running' THEN now() END)",
@@ -95,12 +108,12 @@ class Jobs(Database):
             sets.append("error = ?")
             params.append(error)
         if sets:
-            with self.transaction():
-                self._execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
+            with self._db.transaction():
+                self._db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> Job:
-        row = self._read_one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
+        row = self._db.read_one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         if row is None:
             raise NotFound(f"No job {job_id!r}.")
         return job_from_row(row)
@@ -113,16 +126,16 @@ class Jobs(Database):
             sql += " WHERE kind = ?"
             params.append(kind)
         sql += " ORDER BY created_at DESC LIMIT ?"
-        return [job_from_row(r) for r in self._read(sql, [*params, limit])]
+        return [job_from_row(r) for r in self._db.read(sql, [*params, limit])]
 
     def child_jobs(self, parent_id: str) -> list[Job]:
         """The steps of a cycle (jobs whose parent is `parent_id`), oldest first."""
-        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? ORDER BY created_at", [parent_id])
+        rows = self._db.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? ORDER BY created_at", [parent_id])
         return [job_from_row(r) for r in rows]
 
     def claim_job(self, job_id: str) -> Job | None:
         """Move a queued job to running for this caller; None when someone else claimed it first."""
-        row = self._returning(
+        row = self._db.returning(
             "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, now()), owner = ?, "
             f"heartbeat_at = now() WHERE id = ? AND status = 'queued' RETURNING {JOB_COLUMNS}", [self.owner, job_id])
         if row is None:
@@ -132,13 +145,13 @@ class Jobs(Database):
 
     def queued_jobs(self, *, limit: int = 20) -> list[Job]:
         """Jobs waiting to be claimed, oldest first."""
-        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'queued' ORDER BY created_at LIMIT ?",
-                          [limit])
+        rows = self._db.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'queued' ORDER BY created_at LIMIT ?",
+                             [limit])
         return [job_from_row(r) for r in rows]
 
     def running_job(self, kind: str, *, exclude: str | None = None) -> Job | None:
         """The newest running job of this kind other than `exclude`, if any."""
-        row = self._read_one(
+        row = self._db.read_one(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE kind = ? AND status = 'running' AND id <> ? "
             "ORDER BY created_at DESC LIMIT 1",
             [kind, exclude or ""],
@@ -149,25 +162,25 @@ class Jobs(Database):
 
     def heartbeat_jobs(self) -> int:
         """Renew the lease of every job this store runs; returns how many rows it renewed."""
-        return self._execute("UPDATE jobs SET heartbeat_at = now() WHERE owner = ? AND status = 'running'",
-                             [self.owner])
+        return self._db.execute("UPDATE jobs SET heartbeat_at = now() WHERE owner = ? AND status = 'running'",
+                                [self.owner])
 
     def stale_jobs(self, stale_after_s: float) -> list[Job]:
         """Running rows of other owners whose lease is older than `stale_after_s` seconds (their
         process died); on a DuckDB file every running row of another owner. Oldest first."""
-        rows = self._read(
+        rows = self._db.read(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'running' AND coalesce(owner, '') <> ? "
             "AND (? OR coalesce(heartbeat_at, started_at, created_at) < now() - INTERVAL '1 second' * ?) "
             "ORDER BY created_at",
-            [self.owner, not self.shared, float(stale_after_s)])
+            [self.owner, not self._db.shared, float(stale_after_s)])
         return [job_from_row(r) for r in rows]
 
     def reclaim_job(self, job: Job, error: str) -> Job | None:
         """Mark a stale row (from `stale_jobs`) failed with `error`, unless it changed since it
         was read (its owner renewed the lease or finished it): then None."""
         last: datetime | None = job.heartbeat_at
-        with self.transaction():
-            changed = self._execute(
+        with self._db.transaction():
+            changed = self._db.execute(
                 "UPDATE jobs SET status = 'failed', error = ?, finished_at = now() "
                 "WHERE id = ? AND status = 'running' AND heartbeat_at IS NOT DISTINCT FROM ?",
                 [error, job.id, last])
@@ -175,7 +188,7 @@ class Jobs(Database):
 
     def _keep_leases(self) -> None:
         """Start this store's lease renewal (PostgreSQL only), once."""
-        if not self.shared or "_lease_thread" in self.__dict__:
+        if not self._db.shared or "_lease_thread" in self.__dict__:
             return
         self._lease_stop = threading.Event()
         self._lease_thread = threading.Thread(target=self._renew_leases, name="advisor-job-leases", daemon=True)
@@ -190,7 +203,80 @@ class Jobs(Database):
                             self.heartbeat_s, exc_info=True)
 
     def close(self) -> None:
+        """Stop renewing leases (`Store.close`, before the database closes)."""
         if "_lease_thread" in self.__dict__:
             self._lease_stop.set()
             self._lease_thread.join(timeout=self.heartbeat_s + 5)
-        super().close()
+
+    # ---- coordination between replicas (`coordination`)
+
+    def leadership(self, name: str) -> coordination.Leadership:
+        """The lead for `name` (e.g. "scheduler") among the processes sharing this database."""
+        return coordination.leadership(self._db, name)
+
+    def notify(self, channel: str, payload: str = "") -> None:
+        """Tell listening replicas (in the caller's transaction, if any: sent when it commits)."""
+        coordination.notify(self._db, channel, payload)
+
+    def listener(self, *channels: str) -> AbstractContextManager[coordination.Listener]:
+        """Hear the notifications of `channels` (`with store.jobs.listener("release") as l: l.wait(5)`)."""
+        return coordination.listener(self._db, *channels)
+
+    # ---- training runs
+
+    def create_training_run(
+        self, *, method: str, run_dir: str, base_model: str, job_id: str | None = None,
+        parent_release_id: str | None = None, data_hash: str | None = None, config: dict | None = None,
+        run_id: str | None = None,
+    ) -> TrainingRun:
+        run_id = run_id or new_id()
+        with self._db.transaction():
+            self._db.execute(
+                "INSERT INTO training_runs (id, job_id, method, status, run_dir, base_model, parent_release_id, "
+                "data_hash, config) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                [run_id, job_id, method, run_dir, base_model, parent_release_id, data_hash,
+                 json.dumps(config or {}, default=str)],
+            )
+        return self.get_training_run(run_id)
+
+    def update_training_run(
+        self, run_id: str, *, status: str | None = None, metrics: dict | None = None, error: str | None = None,
+    ) -> TrainingRun:
+        sets, params = [], []
+        if status is not None:
+            sets.append("status = ?")
+            params.append(status)
+            if status in ("succeeded", "failed", "cancelled"):
+                sets.append("finished_at = now()")
+        if metrics is not None:
+            sets.append("metrics = ?")
+            params.append(json.dumps(metrics, default=str))
+        if error is not None:
+            sets.append("error = ?")
+            params.append(error)
+        if sets:
+            with self._db.transaction():
+                self._db.execute(f"UPDATE training_runs SET {', '.join(sets)} WHERE id = ?", [*params, run_id])
+        return self.get_training_run(run_id)
+
+    def get_training_run(self, run_id: str) -> TrainingRun:
+        row = self._db.read_one(f"SELECT {RUN_COLUMNS} FROM training_runs WHERE id = ?", [run_id])
+        if row is None:
+            raise NotFound(f"No training run {run_id!r}.")
+        return run_from_row(row)
+
+    def list_training_runs(self, *, limit: int = 50) -> list[TrainingRun]:
+        rows = self._db.read(f"SELECT {RUN_COLUMNS} FROM training_runs ORDER BY created_at DESC LIMIT ?", [limit])
+        return [run_from_row(r) for r in rows]
+
+    def unfinished_training_runs(self) -> list[TrainingRun]:
+        """Runs still queued or running by their row, oldest first (their process may be gone)."""
+        rows = self._db.read(
+            f"SELECT {RUN_COLUMNS} FROM training_runs WHERE status IN ('queued', 'running') ORDER BY created_at"
+        )
+        return [run_from_row(r) for r in rows]
+
+    def last_training_run_at(self) -> datetime | None:
+        """When the newest training run was created; None before the first."""
+        row = self._db.read_one("SELECT max(created_at) FROM training_runs")
+        return row[0] if row else None

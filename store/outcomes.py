@@ -7,7 +7,7 @@ make-aware turn, with or without the correction), and whether the user carried o
 user message whose parent is this answer).
 
 Design choices:
-- Analytics SQL (DuckDB dialect, `_analytics`), like the pipelines' reads: the canary check scans
+- Analytics SQL (DuckDB dialect, `Database.analytics`), like the pipelines' reads: the canary check scans
   a window of answers in bulk. The arm is read from the generation JSON (no schema change: the
   `generations` view predates it).
 - Mined feedback is counted by its `target_message_id`, the answer a feedback span refers to, so
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from feedback.taxonomy import AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
+from store.taxonomy import AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, POSITIVE, REPEAT_REPHRASE
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 
 class AnswerOutcome(NamedTuple):
@@ -67,4 +67,4 @@ def answer_outcomes(store: Store, release_ids: Sequence[str], since: datetime) -
     sql = _OUTCOMES_SQL.format(ids=", ".join("?" for _ in release_ids))
     params = [since, POSITIVE, REPEAT_REPHRASE, AWARE_WITH_CORRECTION, AWARE_WITHOUT_CORRECTION, *release_ids]
     return [AnswerOutcome(*(bool(v) if i >= 5 else v for i, v in enumerate(row)))
-            for row in store._analytics(sql, params)]
+            for row in store._db.analytics(sql, params)]

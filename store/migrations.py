@@ -31,9 +31,9 @@ PostgreSQL specifics:
   from the sequence and commit in any order. Its default is `next_message_seq()`, which assigns
   the transaction's id *before* taking the value, so every seq belongs to a transaction that
   already shows as in progress in any snapshot taken after the value was handed out. The store
-  (`feedback/store/pg.py`, `settle`) uses that to find the highest seq below which nothing can
+  (`store/pg.py`, `settle`) uses that to find the highest seq below which nothing can
   still commit: read the sequence, then the snapshot, and wait for the transactions it lists.
-- The analytics mirror (`feedback/store/mirror.py`) copies tables into an in-memory DuckDB and
+- The analytics mirror (`store/mirror.py`) copies tables into an in-memory DuckDB and
   must know when one changed: `track_changes` gives each table a change counter (a sequence
   bumped by a statement-level trigger; sequences never block writers). `messages` counts only
   updates and deletes: its inserts are followed by `seq` itself, so the chat path pays no trigger.
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feedback.store import sql_duckdb, sql_postgres
+from store import sql_duckdb, sql_postgres
 
 
 @dataclass(frozen=True)

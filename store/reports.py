@@ -6,7 +6,7 @@ DataFrame for Gradio's plots), so the REST API and the UI show the same numbers.
 Design choices:
 - Analytics SQL, in DuckDB's dialect (`arg_max`, `generate_series`, list literals, `unnest`):
   these reads scan whole tables, and run on DuckDB (on a PostgreSQL store, over the in-memory
-  mirror of its tables, `mirror.py`), never on the transactional path. They go through `_analytics`, apart from the
+  mirror of its tables, `mirror.py`), never on the transactional path. They go through `Database.analytics`, apart from the
   aggregates' portable SQL.
 - A rating is an append-only event and a user may change their mind, so every count here uses
   each user's *latest* rating of a message (`arg_max` by time: DuckDB's "latest per key").
@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from feedback.store.migrations import LATEST_VERSION
-from feedback.taxonomy import CATEGORY_IDS
+from store.migrations import LATEST_VERSION
+from store.taxonomy import CATEGORY_IDS
 
 if TYPE_CHECKING:
-    from feedback.store import Store
+    from store import Store
 
 _LATEST_RATINGS = (
     "SELECT message_id, user_id, arg_max(value, created_at) AS value, arg_max(reasons, created_at) AS reasons, "
@@ -47,11 +47,11 @@ def _bucket(bucket: str) -> str:
 def stats(store: Store) -> dict[str, Any]:
     """Rows per table, likes and dislikes (each user's latest rating of a message), the schema
     version and the live release."""
-    counts = {t: int(store._analytics(f"SELECT count(*) FROM {t}")[0][0]) for t in _TABLES}
-    likes, dislikes = store._analytics(
+    counts = {t: int(store._db.analytics(f"SELECT count(*) FROM {t}")[0][0]) for t in _TABLES}
+    likes, dislikes = store._db.analytics(
         f"SELECT count(*) FILTER (WHERE value = 1), count(*) FILTER (WHERE value = -1) FROM ({_LATEST_RATINGS})"
     )[0]
-    live = store.live_release()
+    live = store.releases.live_release()
     return {
         "path": str(store.path),
         "schema_version": store.schema_version(),
@@ -83,7 +83,7 @@ def counts_over_time(store: Store, *, days: int = 30, bucket: str = "day") -> li
         "dislikes": f"SELECT created_at FROM ({_LATEST_RATINGS}) WHERE value = -1",
     }
     union = " UNION ALL ".join(f"SELECT '{name}' AS series, created_at FROM ({sql})" for name, sql in sources.items())
-    rows = store._analytics(
+    rows = store._db.analytics(
         f"WITH grid AS (SELECT unnest(generate_series({since}, date_trunc('{b}', now()), INTERVAL 1 {b})) AS t), "
         f"names AS (SELECT unnest(['conversations', 'turns', 'likes', 'dislikes']) AS series), "
         f"events AS (SELECT series, date_trunc('{b}', created_at) AS t FROM ({union}) WHERE created_at >= {since}) "
@@ -96,7 +96,7 @@ def counts_over_time(store: Store, *, days: int = 30, bucket: str = "day") -> li
 
 def ratings_by_reason(store: Store, *, days: int = 30) -> list[dict]:
     """Rows {reason, rating (like/dislike), count}; a rating without reasons counts as '(none)'."""
-    rows = store._analytics(
+    rows = store._db.analytics(
         f"SELECT CASE WHEN value = 1 THEN 'like' ELSE 'dislike' END, "
         f"unnest(CASE WHEN len(reasons) = 0 THEN ['(none)'] ELSE reasons END) AS reason, count(*) "
         f"FROM ({_LATEST_RATINGS}) WHERE value <> 0 AND created_at >= now() - INTERVAL {int(days)} DAY "
@@ -107,7 +107,7 @@ def ratings_by_reason(store: Store, *, days: int = 30) -> list[dict]:
 
 def latest_turns(store: Store, *, limit: int = 50) -> list[dict]:
     """The newest answers with their question, steering, speed and latest rating."""
-    rows = store._analytics(
+    rows = store._db.analytics(
         "SELECT a.id, a.created_at, c.user_id, c.source, q.content, a.content, a.status, "
         "g.verbosity, g.complexity, g.model, g.release_id, g.latency_ms, g.completion_tokens, "
         "lr.value, lr.reasons, lr.comment "
@@ -137,7 +137,7 @@ def jobs_table(store: Store, *, limit: int = 50) -> list[dict]:
         {"id": j.id, "kind": j.kind, "trigger": j.trigger, "status": j.status, "created_at": _iso(j.created_at),
          "started_at": _iso(j.started_at), "finished_at": _iso(j.finished_at), "error": j.error,
          "result": j.result, "params": j.params, "parent_id": j.parent_id}
-        for j in store.list_jobs(limit=limit)
+        for j in store.jobs.list_jobs(limit=limit)
     ]
 
 
@@ -145,12 +145,12 @@ def releases_table(store: Store, *, limit: int = 50) -> list[dict]:
     """Releases, newest first; `forgotten_users`: how many users whose data the adapter was
     trained on have since asked to be forgotten (weights cannot be un-trained: retire it, or run
     a cycle, which trains without them)."""
-    forgotten = store.forgotten_users_per_release()
+    forgotten = store.privacy.forgotten_users_per_release()
     return [
         {"id": r.id, "status": r.status, "base_model": r.base_model, "adapter_path": r.adapter_path,
          "run_id": r.run_id, "created_at": _iso(r.created_at), "promoted_at": _iso(r.promoted_at),
          "retired_at": _iso(r.retired_at), "decision": r.decision, "forgotten_users": forgotten.get(r.id, 0)}
-        for r in store.list_releases(limit=limit)
+        for r in store.releases.list_releases(limit=limit)
     ]
 
 
@@ -166,12 +166,12 @@ def feedback_prevalence(store: Store, days: int = 30, *, extractor: str | None =
     counts on a day when a user wrote in it that day; it has feedback of a category on that day
     when an event of that category sits in one of that day's messages."""
     since = (now or datetime.now(timezone.utc)) - timedelta(days=days)
-    active = dict(store._analytics(
+    active = dict(store._db.analytics(
         "SELECT CAST(created_at AS DATE) AS day, count(DISTINCT conversation_id) FROM messages "
         "WHERE role = 'user' AND created_at >= ? GROUP BY day", [since]))
     filter_sql, params = ("AND e.extractor = ?", [since, extractor]) if extractor else ("", [since])
     found: dict = {}
-    for day, category, n in store._analytics(
+    for day, category, n in store._db.analytics(
         "SELECT CAST(m.created_at AS DATE) AS day, coalesce(e.category, 'any'), count(DISTINCT e.conversation_id) "
         "FROM feedback_events e JOIN messages m ON m.id = e.message_id "
         f"WHERE m.created_at >= ? {filter_sql} GROUP BY GROUPING SETS ((day, e.category), (day))", params
@@ -191,7 +191,7 @@ def recent_feedback(store: Store, limit: int = 50, *, category: str | None = Non
     """The newest mined events with the whole user message, for a person to check the spans
     (`message[span_start:span_end]` is the span)."""
     where, params = ("WHERE e.category = ?", [category, limit]) if category else ("", [limit])
-    rows = store._analytics(
+    rows = store._db.analytics(
         "SELECT e.id, e.conversation_id, e.message_id, e.category, e.span, e.span_start, e.span_end, "
         "e.extractor, e.extractor_version, e.job_id, e.created_at, m.content "
         f"FROM feedback_events e JOIN messages m ON m.id = e.message_id {where} "

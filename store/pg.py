@@ -44,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from feedback.store.records import StoreError
+from store.records import StoreError
 
 Params = Sequence[Any]
 MIGRATION_LOCK = 0x61647669736F7201  # pg_advisory_xact_lock key: one replica migrates at a time
@@ -178,7 +178,7 @@ class PostgresEngine:
     def insert_rows(self, table: str, columns: Sequence[str], rows: dict[str, list], skip_conflicts: bool) -> int:
         names = ", ".join(columns)
         target = f"_new_{table}" if skip_conflicts else table
-        with self.connection() as conn:  # inside the caller's transaction (Database._insert_rows)
+        with self.connection() as conn:  # inside the caller's transaction (Database.insert_rows)
             if skip_conflicts:
                 conn.execute(f"CREATE TEMP TABLE {target} ON COMMIT DROP AS SELECT {names} FROM {table} WITH NO DATA")
             with conn.cursor() as cur, cur.copy(f"COPY {target} ({names}) FROM STDIN") as copy:
@@ -208,7 +208,7 @@ class PostgresEngine:
     def mirror(self):
         with self._mirror_lock:
             if self._mirror is None:
-                from feedback.store.mirror import Mirror
+                from store.mirror import Mirror
 
                 version = self.read("SELECT coalesce(max(version), 0) FROM schema_version")[0][0]
                 self._mirror = Mirror(self, int(version))
