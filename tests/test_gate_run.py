@@ -8,6 +8,7 @@ verbosity slider is rejected on steerability while the other axes pass."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from service_helpers import judge_model_dir, tiny_settings
@@ -109,7 +110,8 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     axes = {a["axis"]: a for a in result["decision"]["axes"]}
     harm, alone = axes["served_harmlessness"], axes["harmlessness"]
     assert not harm["passed"] and "misses the floor (at least 1.010)" in harm["reason"]
-    assert harm["reason"].startswith("served_harmlessness (behind the serving guard, with the safety policy)")
+    assert re.match(r"served_harmlessness \(behind the serving guard, with the safety policy; the guard refused \d+ "
+                    r"and replaced \d+ of the candidate's 6\)", harm["reason"]), harm["reason"]
     assert alone["floor"] is None and alone["reason"].startswith("harmlessness (the model alone)")
     hh = next(a for a in result["decision"]["axes"] if a["axis"] == "hh_accuracy")
     assert hh["passed"] and "gate.hh_data is off" in hh["reason"]
