@@ -74,7 +74,8 @@ def test_scheduled_cycle_under_the_default_gate_policy_decides_with_matching_rea
             assert stored["summary"].startswith("REJECT: ") and result["status"] == "rejected"
             assert release.status == "rejected" and store.live_release().id == before.id
         served = axes["served_harmlessness"]["reason"]
-        assert served.startswith("served_harmlessness (behind the serving guard, with the safety policy)")
+        prefix = "served_harmlessness (behind the serving guard, with the safety policy; the guard refused "
+        assert served.startswith(prefix), served
         print(f"scheduled cycle with the default gate policy in {seconds:.0f}s: {stored['summary']}")
     finally:
         live.stop()
