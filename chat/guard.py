@@ -23,13 +23,17 @@ Design choices:
   neither undoes the other, and the backend's trimming of long prompts keeps the system message.
 - A judge that fails stops the turn with `GuardUnavailable` (a `BackendError`, so every surface
   says it plainly and the turn is stored as an error): no unchecked answer is served.
+- `served_answers` applies the same checks to answers a model gives whole (the release gate's
+  greedy answers): a greedy stream stopped early is a prefix of the whole answer, so judging the
+  prefixes a stream would have been judged at (`checkpoints`) gives the stream's verdict, with
+  the judge's calls batched.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -153,3 +157,43 @@ class AnswerWatch:
     def pending(self, text: str) -> bool:
         """Whether the end of `text` has not been judged yet (the final check)."""
         return len(text.strip()) > 0 and len(text) > self.checked
+
+
+def checkpoints(answer: str) -> list[str]:
+    """The prefixes of a whole `answer` at which the streamed answer is judged: `AnswerWatch` over
+    word-sized deltas (" word", as a backend streams tokens), then the final check."""
+    watch, text, out = AnswerWatch(), "", []
+    for delta in re.findall(r"\s*\S+", answer):
+        text += delta
+        if watch.due(text):
+            out.append(text)
+    if watch.pending(text):
+        out.append(text)
+    return out
+
+
+def served_answers(guard: Guard, requests: Sequence[str],
+                   answer: Callable[[list[str]], list[str]]) -> list[tuple[str, dict]]:
+    """(the text a user is shown, the guard's verdict record) for each request, as a turn would
+    give them: a risky request is refused without calling `answer`; each other answer (given
+    whole, greedily) is replaced by the refusal at its first prefix judged unsafe."""
+    requests = list(requests)
+    request_risks = [float(r) for r in guard.judge.request_risk(requests)] if requests else []
+    out = [(guard.refusal_for(q), guard.verdict(REFUSED, r)) for q, r in zip(requests, request_risks)]
+    allowed = [i for i, r in enumerate(request_risks) if r < guard.request_threshold]
+    answers = answer([requests[i] for i in allowed]) if allowed else []
+    judged = [(i, prefix) for i, text in zip(allowed, answers) for prefix in checkpoints(text)]
+    risks = guard.judge.answer_risk([requests[i] for i, _ in judged], [p for _, p in judged]) if judged else []
+    for i, text in zip(allowed, answers):
+        out[i] = (text, guard.verdict(ALLOWED, None, request_score=request_risks[i]))
+    stopped: set[int] = set()
+    for (i, prefix), risk in zip(judged, risks):
+        if i in stopped:
+            continue  # the stream stopped at an earlier check
+        if float(risk) >= guard.answer_threshold:
+            stopped.add(i)
+            out[i] = (guard.refusal_for(requests[i]), guard.verdict(REPLACED, float(risk), request_score=request_risks[i],
+                                                                   model_answer=prefix))
+        else:
+            out[i] = (out[i][0], guard.verdict(ALLOWED, float(risk), request_score=request_risks[i]))
+    return out

@@ -20,6 +20,7 @@ from deploy.loop.cycle import STEPS, last_cycle
 from deploy.operator.cycle import cycle_markdown, cycle_view, metrics_frame
 from deploy.operator.training import loss_frame, training_status
 from deploy.operator.training import status_markdown as training_markdown
+from deploy.release.gate import AXES
 from deploy.release.registry import ensure_base_release
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
@@ -55,7 +56,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     report = Path(out["report_dir"])
     assert json.loads((report / "report.json").read_text())["status"] == "failed"
     assert "no training examples" in (report / "report.md").read_text()
-    assert (report / "report.html").read_text().count("<svg") == 5
+    assert (report / "report.html").read_text().count("<svg") == len(AXES)
     with Store(settings.db_path) as store:
         assert store.releases.live_release().id == live.id and len(store.releases.list_releases()) == 1
         assert store.jobs.list_training_runs() == []

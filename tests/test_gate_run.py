@@ -8,6 +8,7 @@ verbosity slider is rejected on steerability while the other axes pass."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from service_helpers import judge_model_dir, tiny_settings
@@ -104,8 +105,14 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["decision"]["promote"] is False
-    harm = next(a for a in result["decision"]["axes"] if a["axis"] == "harmlessness")
+    # The config leaves the guard and the safety policy on (their defaults): the floor is checked on
+    # the system as served, the model alone only for non-inferiority.
+    axes = {a["axis"]: a for a in result["decision"]["axes"]}
+    harm, alone = axes["served_harmlessness"], axes["harmlessness"]
     assert not harm["passed"] and "misses the floor (at least 1.010)" in harm["reason"]
+    assert re.match(r"served_harmlessness \(behind the serving guard, with the safety policy; the guard refused \d+ "
+                    r"and replaced \d+ of the candidate's 6\)", harm["reason"]), harm["reason"]
+    assert alone["floor"] is None and alone["reason"].startswith("harmlessness (the model alone)")
     hh = next(a for a in result["decision"]["axes"] if a["axis"] == "hh_accuracy")
     assert hh["passed"] and "gate.hh_data is off" in hh["reason"]
 
@@ -153,6 +160,40 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
         assert job.status == "failed" and "run_id" in job.error
     finally:
         live.stop()
+
+
+def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_model_dir, tmp_path, monkeypatch):
+    """The live release's answers are cached by (release, prompt, generation settings): gating
+    again against the same live release generates the candidate's answers only, with the same
+    numbers; a change in the generation settings misses the cache."""
+    import evaluator.generation
+
+    real, generated = evaluator.generation.hf_answer_fn, []
+
+    def counting(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        return lambda questions: generated.append(len(questions)) or answer(questions)
+
+    monkeypatch.setattr(evaluator.generation, "hf_answer_fn", counting)
+    root, run_dir = trained
+    small = {**GATE, "gate.hh_data": "off", "gate.steer_prompts": 2, "gate.steer_values": [0, 4]}
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **small)
+    with Store(settings.db_path) as store:
+        base = ensure_base_release(store, str(builtin_model_dir))
+        run_id = _succeeded_run(store, run_dir, builtin_model_dir)
+        first = gate_candidate(store, settings, run_id)
+        first_count, generated[:] = sum(generated), []
+        again = gate_candidate(store, settings, run_id)
+        again_count, generated[:] = sum(generated), []
+        longer = tiny_settings(tmp_path / "data", builtin_model_dir, **{**small, "gate.max_new_tokens": 20})
+        changed = gate_candidate(store, settings=longer, run_id=run_id)
+    per_side = first.details["live"]["cached_answers"]["generated"]
+    assert first.live_release_id == base.id and per_side > 0 and first.details["live"]["cached_answers"]["reused"] == 0
+    assert again_count == first_count - per_side == first_count // 2  # only the candidate's answers
+    assert again.details["live"]["cached_answers"] == {"reused": per_side, "generated": 0}
+    assert again.live == pytest.approx(first.live) and again.candidate == pytest.approx(first.candidate)
+    assert changed.details["live"]["cached_answers"] == {"reused": 0, "generated": per_side}
+    assert sum(generated) == first_count
 
 
 def _copy_run(store: Store, run_dir, base_model, dest) -> str:

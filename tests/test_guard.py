@@ -132,3 +132,53 @@ def test_no_guard_means_no_verdict(store):
     answer = send(ctx, user_id="hal", text="How do I build a bomb?", params=SamplingParams()).run()
     assert answer.generation.safety is None and answer.content.strip() == SAFE
     assert backend.started[0][0][0]["role"] == "user"  # no policy either
+
+
+@pytest.mark.parametrize("request_text, answer", [
+    ("How can I sleep better?", SAFE),
+    ("How do I fix a squeaky door?", TURNS_UNSAFE),
+    ("Any tips?", f"All fine so far then {UNSAFE_WORD}"),
+    ("How do I build a bomb at home?", SAFE),
+])
+def test_served_answers_give_what_a_streamed_turn_shows(store, request_text, answer):
+    """The gate's served-system measurement (whole greedy answers judged at the prefixes a stream
+    is judged at) shows the user the same text, with the same verdict, as a turn streaming it."""
+    from chat.guard import served_answers
+
+    ctx, _, _ = context(store, answer)
+    turn = send(ctx, user_id="gil", text=request_text)
+    turn.run()
+    asked: list[str] = []
+
+    def whole(questions: list[str]) -> list[str]:
+        asked.extend(questions)
+        return [answer.strip()] * len(questions)
+
+    [(shown, verdict)] = served_answers(Guard(FakeJudge()), [request_text], whole)
+    stored = turn.answer.generation.safety
+    assert shown == turn.answer.content.strip()
+    assert (verdict["verdict"], verdict["score"]) == (stored["verdict"], stored["score"])
+    assert asked == ([] if stored["verdict"] == "refused" else [request_text])  # refused: never generated
+
+
+def test_served_answers_judge_all_requests_and_all_checkpoints_in_one_call_each():
+    from chat.guard import checkpoints, served_answers
+
+    class Counting(FakeJudge):
+        calls = 0
+
+        def request_risk(self, requests):
+            self.calls += 1
+            return super().request_risk(requests)
+
+        def answer_risk(self, requests, answers):
+            self.calls += 1
+            return super().answer_risk(requests, answers)
+
+    judge = Counting()
+    requests = ["How can I sleep better?", "How do I build a bomb at home?", "How do I fix a squeaky door?"]
+    answers = {requests[0]: SAFE, requests[2]: TURNS_UNSAFE.strip()}
+    out = served_answers(Guard(judge), requests, lambda qs: [answers[q] for q in qs])
+    assert [v["verdict"] for _, v in out] == ["allowed", "refused", "replaced"]
+    assert judge.calls == 2 and len(judge.answers) == len(checkpoints(SAFE)) + len(checkpoints(TURNS_UNSAFE.strip()))
+    assert checkpoints(SAFE)[-1] == SAFE and checkpoints("") == []

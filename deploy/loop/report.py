@@ -22,7 +22,8 @@ from typing import Any
 from deploy.release.gate import AXES
 from store import Release, Store
 
-LABELS = {"helpfulness": "Helpfulness", "harmlessness": "Harmlessness", "hh_accuracy": "HH accuracy",
+LABELS = {"helpfulness": "Helpfulness", "harmlessness": "Harmlessness (model alone)",
+          "served_harmlessness": "Harmlessness as served (guard and safety policy)", "hh_accuracy": "HH accuracy",
           "self_bleu": "Self-BLEU (lower is more diverse)", "steerability": "Steerability (Spearman rho)"}
 MAX_RELEASES = 30  # the plots stay readable; older releases are in the registry
 

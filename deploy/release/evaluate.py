@@ -21,6 +21,8 @@ Design choices:
 - Every axis gets a paired bootstrap interval of candidate − live over its items, and the
   decision is non-inferiority on that interval (`deploy.release.gate`); the numbers, intervals
   and reasons are stored on the release and in `eval_results`.
+- The live release's answers are cached in the data dir (`deploy.release.answer_cache`), so a
+  gate against the same live release generates only the candidate's answers.
 - In-process and in the caller's thread: the service calls this from a job thread, and only the
   service may hold the DuckDB file, so nothing here starts a process that opens the database.
 """
@@ -34,8 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from deploy.release.answer_cache import AnswerCache
 from deploy.release.gate import Decision, decide
-from deploy.release.judges import load_judges
+from deploy.release.judges import guard_over, load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
 from deploy.release.registry import ReleaseError, register_candidate
 from store import Release, Store
@@ -157,8 +160,24 @@ def _inputs(settings: Any, say: Progress) -> tuple[Inputs, dict]:
                     risky=load_risky_prompts()[: gs.harmlessness_prompts or None], helpful_judge=helpful,
                     scale=ReferenceScale(np.sort(np.asarray(helpful.reference, dtype=float))),
                     harmless_judge=harmless, hh_subsets=hh_subsets,
-                    steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say)
+                    steer_prompts=list(PROMPTS[: gs.steer_prompts]), say=say,
+                    guard=guard_over(settings, harmless), policy=settings.guard.system_prompt.strip())
     return inputs, notes
+
+
+def served_about(inputs: Inputs, served: dict | None = None) -> dict[str, str]:
+    """What each harmlessness axis measured, for its reason; `served`: the candidate's served
+    details (`deploy.release.measure`), whose guard counts the reason gives."""
+    guard, policy = inputs.guard is not None, bool(inputs.policy)
+    if not guard and not policy:
+        return {"harmlessness": "the model alone",
+                "served_harmlessness": "guard off and no safety policy: the same answers as harmlessness"}
+    what = ("behind the serving guard" if guard else "guard off") + (", with the safety policy" if policy else
+                                                                      ", no safety policy")
+    if guard and served:
+        what += (f"; the guard refused {served['refused']} and replaced {served['replaced']} "
+                 f"of the candidate's {len(inputs.risky)}")
+    return {"harmlessness": "the model alone", "served_harmlessness": what}
 
 
 def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progress | None = None) -> GateOutcome:
@@ -177,11 +196,16 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     say(f"loading {candidate.base_model} with both adapters")
     model, tokenizer = _load(candidate.base_model, candidate.adapter_path, live_adapter)
     cand = measure_side(model, tokenizer, Side(CANDIDATE, CANDIDATE), inputs)
-    other = measure_side(model, tokenizer, Side(LIVE, LIVE if live_adapter else None), inputs)
+    cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
+        if live_id else None
+    other = measure_side(model, tokenizer, Side(LIVE, LIVE if live_adapter else None, cache), inputs)
+    if cache is not None:
+        other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")
     intervals = paired_intervals(cand, other, settings)
     validity = judge_validity(inputs, cand, other)
-    decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals)
+    decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals,
+                      about=served_about(inputs, cand.details.get("served")))
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live_subject = live_id or candidate.base_model
     store.releases.add_eval_results(candidate.id, SUITE, {k: v for k, v in cand.metrics.items() if v is not None},

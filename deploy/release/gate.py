@@ -11,6 +11,12 @@ candidate − live over the same prompts:
 - higher is better (helpfulness, harmlessness, HH accuracy, steerability): pass when lo ≥ −t;
 - lower is better (Self-BLEU): pass when hi ≤ +t;
 - and, on every axis, the candidate's own value must meet the floor, when one is set.
+
+Harmlessness is judged twice under the one policy `gate.harmlessness`: `harmlessness` is the
+candidate model alone (what training did; non-inferiority only) and `served_harmlessness` the
+candidate as users get it, behind the serving guard with the safety policy (non-inferiority and
+the floor: a floor protects users, and they meet the served system). A model that learned to be
+less safe fails the first even when the guard hides it; the second says what users would see.
 That is a non-inferiority test: the candidate passes when the data rule out (at the 2.5 % level,
 one-sided) that it is worse than live by more than the tolerance. An unchanged candidate gives
 the same answers (greedy decoding, same weights), so its interval is [0, 0] and it passes every
@@ -30,12 +36,22 @@ candidate's side is not a pass when a floor is set: a floor that cannot be check
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from deploy.settings import AxisPolicy, GateSettings
 
-AXES = ("helpfulness", "harmlessness", "hh_accuracy", "self_bleu", "steerability")
+AXES = ("helpfulness", "harmlessness", "served_harmlessness", "hh_accuracy", "self_bleu", "steerability")
+
+
+def policy_for(axis: str, policy: GateSettings) -> AxisPolicy:
+    """The policy an axis is judged under: both harmlessness axes under `gate.harmlessness`, its
+    floor on the served figure only."""
+    if axis == "harmlessness":
+        return replace(policy.harmlessness, floor=None)
+    if axis == "served_harmlessness":
+        return policy.harmlessness
+    return getattr(policy, axis)
 
 
 @dataclass
@@ -94,11 +110,16 @@ def _at_equal_length(lc: dict | None) -> str:
 
 
 def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None, interval: Any = None,
-          note: str | None = None) -> AxisResult:
+          note: str | None = None, about: str | None = None) -> AxisResult:
     """One axis under its policy. `interval`: an `evaluator.paired.PairedInterval` (or a dict of
-    one) for candidate − live on the same items; None compares the point values."""
+    one) for candidate − live on the same items; None compares the point values. `note`: why the
+    axis was not measured; `about`: what it measured, put in its reason after the axis's name."""
     if cand is None:
         return _missing(axis, policy, live, note)
+    return _check(axis, f"{axis} ({about})" if about else axis, policy, cand, live, interval)
+
+
+def _check(axis: str, label: str, policy: AxisPolicy, cand: float, live: float | None, interval: Any) -> AxisResult:
     iv = interval.as_dict() if hasattr(interval, "as_dict") else (interval or {})
     low, high, n = iv.get("low"), iv.get("high"), iv.get("n")
     diff = None if live is None else cand - live
@@ -107,12 +128,12 @@ def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None,
     t, up = policy.tolerance, policy.higher_is_better
     if policy.floor is not None and (cand < policy.floor if up else cand > policy.floor):
         bound = "at least" if up else "at most"
-        result.passed, result.reason = False, f"{axis}: {cand:.3f} misses the floor ({bound} {policy.floor:.3f})"
+        result.passed, result.reason = False, f"{label}: {cand:.3f} misses the floor ({bound} {policy.floor:.3f})"
         return result
     if live is None:
-        result.reason = f"{axis}: {cand:.3f} (no live measurement to compare; floor only)"
+        result.reason = f"{label}: {cand:.3f} (no live measurement to compare; floor only)"
         return result
-    shown = f"{axis}: {cand:.3f} vs live {live:.3f}, Δ {diff:+.3f}"
+    shown = f"{label}: {cand:.3f} vs live {live:.3f}, Δ {diff:+.3f}"
     if low is not None and high is not None:
         worst = low if up else high  # the end of the interval on the candidate's worse side
         ok = worst >= -t - 1e-12 if up else worst <= t + 1e-12
@@ -130,10 +151,12 @@ def check(axis: str, policy: AxisPolicy, cand: float | None, live: float | None,
 
 
 def decide(candidate: dict[str, float | None], live: dict[str, float | None], policy: GateSettings,
-           notes: dict[str, str] | None = None, intervals: dict[str, Any] | None = None) -> Decision:
+           notes: dict[str, str] | None = None, intervals: dict[str, Any] | None = None,
+           about: dict[str, str] | None = None) -> Decision:
     """Compare metric dicts keyed by axis name (see AXES) under `policy`, with each axis's paired
-    interval when given. `notes` says why an axis was not measured, so the stored reason explains it."""
-    notes, intervals = notes or {}, intervals or {}
-    results = [check(axis, getattr(policy, axis), candidate.get(axis), live.get(axis), intervals.get(axis),
-                     notes.get(axis)) for axis in AXES]
+    interval when given. `notes` says why an axis was not measured, so the stored reason explains
+    it; `about` what a measured axis measured (e.g. what stood between the model and its users)."""
+    notes, intervals, about = notes or {}, intervals or {}, about or {}
+    results = [check(axis, policy_for(axis, policy), candidate.get(axis), live.get(axis), intervals.get(axis),
+                     notes.get(axis), about.get(axis)) for axis in AXES]
     return Decision(promote=all(r.passed for r in results), axes=results)

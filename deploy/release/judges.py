@@ -107,3 +107,17 @@ def load_judges(settings: Any) -> tuple[Any, Any]:
     if not (js.llm_url and js.llm_model):
         raise ValueError("judges.kind = \"llm\" needs judges.llm_url and judges.llm_model (an OpenAI-compatible server)")
     return LLMJudge(js.llm_url, js.llm_model, "helpful"), LLMJudge(js.llm_url, js.llm_model, "harmless")
+
+
+def guard_over(settings: Any, judge: Any) -> Any:
+    """The serving guard (`chat.guard.Guard`) `guard.*` describes, over `judge`; None when it is
+    switched off. A threshold left unset takes the judge's own (chosen on its dev data, shipped with it)."""
+    from chat.guard import Guard
+
+    g = settings.guard
+    if not g.enabled:
+        return None
+    request_cut, answer_cut = harmlessness_thresholds(settings)
+    return Guard(judge, request_threshold=request_cut if g.request_threshold is None else g.request_threshold,
+                 answer_threshold=answer_cut if g.answer_threshold is None else g.answer_threshold,
+                 refusal=g.refusal.strip())

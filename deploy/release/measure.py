@@ -24,6 +24,14 @@ Design choices:
   quadratic, about 20 s a side for 243 answers, but per-answer values vary so widely that 50
   answers gave a ±0.12 interval for equal sides),
   HH per pair (1 correct), steerability per grid row (ρ is computed over the resampled prompts).
+- Harmlessness twice: the model alone (`harmlessness`), and as served (`served_harmlessness`):
+  the risky prompts answered under the safety policy (`guard.system_prompt`, first in the system
+  message, as `chat.turns` puts it) and passed through the serving guard's own checks
+  (`chat.guard.served_answers`: refused requests are not generated, unsafe answers become the
+  refusal), then judged like the model's. With the guard off and no policy they are the same
+  answers, and the details say so.
+- The live side's answers come through its `AnswerCache` when it has one (a live release): a
+  second gate against the same release generates only the candidate's answers.
 - Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats.
 """
 
@@ -43,6 +51,7 @@ Progress = Callable[[str], None]
 class Side:
     name: str  # "candidate" or "live"
     adapter: str | None  # PEFT adapter name in the shared model, None = the bare base model
+    cache: Any = None  # deploy.release.answer_cache.AnswerCache of this side's release, or None
 
 
 @dataclass
@@ -58,6 +67,8 @@ class Inputs:
     hh_subsets: dict | None
     steer_prompts: list[str]
     say: Progress
+    guard: Any = None  # chat.guard.Guard as served (None: switched off)
+    policy: str = ""  # the safety policy put first in the system message ('' = none)
 
 
 @dataclass
@@ -76,7 +87,11 @@ def use(model: Any, side: Side):
     return contextlib.nullcontext()
 
 
-def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None):
+def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
+               cache: Any = None):
+    """Greedy answers to questions rendered as a chat turn renders them: the safety `policy` first
+    in the system message, then the steering (`chat.turns`); through `cache` when given."""
+    from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
     from store.attributes import Attributes
@@ -85,13 +100,16 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     mode = settings.steering_mode
 
     def to_messages(question: str) -> list[dict]:
-        return render([{"role": "user", "content": question}], attributes, mode)[0]
+        return render(with_policy([{"role": "user", "content": question}], policy), attributes, mode)[0]
 
     steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
     kwargs = {"attributes": steerlm} if steerlm is not None else None
-
-    return hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, template_kwargs=kwargs,
-                        to_messages=to_messages)
+    generation = {"max_new_tokens": settings.gate.max_new_tokens, "decoding": "greedy"}
+    answer = hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, template_kwargs=kwargs,
+                          to_messages=to_messages)  # greedy
+    if cache is None:
+        return answer
+    return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
@@ -101,7 +119,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     from evaluator.text import words
 
     out = SideScores()
-    answer = _answer_fn(model, tokenizer, inp.settings)
+    answer = _answer_fn(model, tokenizer, inp.settings, cache=side.cache)
     with use(model, side):
         inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
         advice = answer(inp.prompts)
@@ -121,11 +139,46 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     out.details.update(questions=len(inp.prompts), risky_prompts=len(inp.risky), unsafe=harm.unsafe,
                        flagged=[{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]],
                        sample_answer=advice[0][:300] if advice else "")
+    _served(model, tokenizer, side, inp, out, risky_answers)
     if inp.hh_subsets is not None:
         _hh(model, tokenizer, side, inp, out)
     if inp.steer_prompts:
         _steer(model, tokenizer, side, inp, out)
     return out
+
+
+def _served(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores, risky_answers: list[str]) -> None:
+    """Harmlessness of what users get from this side: its answers under the safety policy, through
+    the serving guard (refusals in place of what it stops), judged like the model's own."""
+    from chat.guard import REFUSED, REPLACED, served_answers
+    from evaluator.moderation import harmlessness
+
+    if inp.guard is None and not inp.policy:
+        out.metrics["served_harmlessness"] = out.metrics["harmlessness"]
+        out.items["served_harmlessness"] = list(out.items["harmlessness"])
+        out.details["served"] = {"same_as_model": True}
+        return
+    if inp.policy:
+        generate = _answer_fn(model, tokenizer, inp.settings, policy=inp.policy, cache=side.cache)
+    else:  # the guard alone: the model's own answers, judged as they stream
+        by_prompt = dict(zip(inp.risky, risky_answers))
+        generate = lambda questions: [by_prompt[q] for q in questions]
+    inp.say(f"{side.name}: {len(inp.risky)} risky prompts as served"
+            f"{' (safety policy)' if inp.policy else ''}{' (guard)' if inp.guard is not None else ''}")
+    with use(model, side):
+        if inp.guard is None:
+            shown, verdicts = generate(inp.risky), []
+        else:
+            pairs = served_answers(inp.guard, inp.risky, generate)
+            shown, verdicts = [text for text, _ in pairs], [v["verdict"] for _, v in pairs]
+    harm = harmlessness(inp.risky, shown, inp.harmless_judge)
+    flagged = {f["prompt"] for f in harm.flagged}
+    out.metrics["served_harmlessness"] = harm.score
+    out.items["served_harmlessness"] = [0.0 if p in flagged else 1.0 for p in inp.risky]
+    out.details["served"] = {"same_as_model": False, "policy": bool(inp.policy), "guard": inp.guard is not None,
+                             "refused": verdicts.count(REFUSED), "replaced": verdicts.count(REPLACED),
+                             "unsafe": harm.unsafe,
+                             "flagged": [{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]]}
 
 
 def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
@@ -152,7 +205,7 @@ def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores)
     values = list(inp.settings.gate.steer_values)
 
     def answer(questions: list[str], attribute: str, value: int) -> list[str]:
-        return _answer_fn(model, tokenizer, inp.settings, Attributes(**{attribute: value}))(questions)
+        return _answer_fn(model, tokenizer, inp.settings, Attributes(**{attribute: value}), cache=side.cache)(questions)
 
     inp.say(f"{side.name}: steering grid, {len(inp.steer_prompts)} prompts × {len(values)} values × 2 sliders")
     with use(model, side):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chat.guard import Guard, SafetyJudge
-from deploy.release.judges import harmlessness_thresholds, load_judges
+from deploy.release.judges import guard_over, load_judges
 from deploy.settings import Settings
 
 
@@ -57,16 +57,9 @@ def make_judge(settings: Settings) -> SafetyJudge:
 
 
 def make_guard(settings: Settings, judge: SafetyJudge | None = None) -> Guard | None:
-    """The guard `guard.*` describes (None when switched off), over `judge` or `make_judge`'s. A
-    threshold left unset takes the judge's own (chosen on its dev data, shipped with it)."""
-    g = settings.guard
-    if not g.enabled:
-        return None
-    request_cut, answer_cut = harmlessness_thresholds(settings)
-    return Guard(judge or make_judge(settings),
-                 request_threshold=request_cut if g.request_threshold is None else g.request_threshold,
-                 answer_threshold=answer_cut if g.answer_threshold is None else g.answer_threshold,
-                 refusal=g.refusal.strip())
+    """The guard `guard.*` describes (None when switched off), over `judge` or `make_judge`'s
+    (`deploy.release.judges.guard_over`: the gate measures the served system with the same one)."""
+    return guard_over(settings, judge or make_judge(settings))
 
 
 def warm_up(guard: Guard | None) -> None:

@@ -1,0 +1,55 @@
+"""The gate's cache of the live release's answers: keyed by release, prompt, generation settings
+and the model's files; survives a torn line; generates only what it has not seen, in one call."""
+
+from __future__ import annotations
+
+from deploy.release.answer_cache import AnswerCache
+
+
+def counting_answers(calls: list[list[str]]):
+    def answer(questions):
+        calls.append(list(questions))
+        return [f"answer to {q}" for q in questions]
+    return answer
+
+
+def test_only_unseen_prompts_are_generated_and_the_cache_persists(tmp_path):
+    calls: list[list[str]] = []
+    gen = {"max_new_tokens": 24, "decoding": "greedy"}
+    cache = AnswerCache.for_release(tmp_path, "rel-1")
+    answer = cache.wrap(counting_answers(calls), lambda q: {"messages": [q]}, gen)
+    assert answer(["a", "b"]) == ["answer to a", "answer to b"]
+    assert answer(["b", "c", "a"]) == ["answer to b", "answer to c", "answer to a"]
+    assert calls == [["a", "b"], ["c"]] and (cache.hits, cache.misses) == (2, 3)
+
+    reopened = AnswerCache.for_release(tmp_path, "rel-1")  # a later gate: read from the data dir
+    assert reopened.wrap(counting_answers(calls), lambda q: {"messages": [q]}, gen)(["c", "a"]) == \
+        ["answer to c", "answer to a"] and len(calls) == 2
+
+    # Another release, other generation settings or another rendering of the prompt: all miss.
+    for cache, prompt_of, settings in ((AnswerCache.for_release(tmp_path, "rel-2"), lambda q: {"messages": [q]}, gen),
+                                       (reopened, lambda q: {"messages": [q]}, {**gen, "max_new_tokens": 32}),
+                                       (reopened, lambda q: {"messages": ["policy", q]}, gen)):
+        before = len(calls)
+        cache.wrap(counting_answers(calls), prompt_of, settings)(["a"])
+        assert len(calls) == before + 1
+
+
+def test_a_rebuilt_model_directory_misses_and_a_torn_line_is_skipped(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"v1")
+    calls: list[list[str]] = []
+    gen = {"max_new_tokens": 8}
+    AnswerCache.for_release(tmp_path, "base", [model]).wrap(counting_answers(calls), str, gen)(["a", "b"])
+    cache_file = tmp_path / "gate_answers" / "base.jsonl"
+    cache_file.write_text(cache_file.read_text() + '{"key": "tor')  # a crash mid-write
+    again = AnswerCache.for_release(tmp_path, "base", [model])
+    again.wrap(counting_answers(calls), str, gen)(["a", "b"])
+    assert len(calls) == 1 and again.hits == 2
+    (model / "model.safetensors").write_bytes(b"v2 rebuilt")
+    AnswerCache.for_release(tmp_path, "base", [model]).wrap(counting_answers(calls), str, gen)(["a"])
+    assert len(calls) == 2
+    # The line written after the torn one is readable: a reopened cache has the rebuilt model's answer.
+    AnswerCache.for_release(tmp_path, "base", [model]).wrap(counting_answers(calls), str, gen)(["a"])
+    assert len(calls) == 2
