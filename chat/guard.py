@@ -15,8 +15,9 @@ Design choices:
   surface withdraws what it showed and shows the refusal instead; the stored answer is the
   refusal, and the model's text is kept in the verdict (for the operators' review and export).
 - The refusal is one sentence, plus one sentence pointing to legitimate help where the request's
-  topic has some (`POINTERS`: first match wins). Never a lecture. The opening sentence is a
-  setting; the pointers are this small table.
+  topic has some (`POINTERS`, in priority order: first match wins; violence counts only when a
+  person is its target, so harm to an animal points to a vet, not a helpline). Never a lecture.
+  The opening sentence is a setting; the pointers are this small table.
 - The safety policy is a system message: prepended to the first system message when there is one
   (an operator's or an API caller's system message follows it, never replaces it), else a new
   one. The steering goes elsewhere (the last user message, or the template's attributes), so
@@ -63,22 +64,36 @@ class Replace(str):
     """A stream item meaning: withdraw the text shown so far and show this one (the refusal)."""
 
 
-# Legitimate help, by the request's topic: (topic, pattern over the request, the pointer sentence).
+# Legitimate help, by what the request is about: (topic, pattern over the request, the pointer
+# sentence), in priority order: the first topic that matches is the one pointed to. A person in
+# danger comes before an animal (a husband who threatens to poison the dog is about the wife), an
+# animal before medicine (pills for a dog are a vet's business). Violence points to a helpline only
+# when a person is its target or its victim ("poison my dog" is about the dog).
+_PERSON = (r"(me|him|her|them|us|you|someone|somebody|anyone|people|a (person|child|kid|baby|woman|man|girl|boy)|"
+           r"(my|his|her|their|the|a|our|your) (own )?(ex|wife|husband|partner|boyfriend|girlfriend|spouse|mom|mum|"
+           r"mother|dad|father|parents?|sister|brother|son|daughter|kids?|child(ren)?|baby|family|friend|roommate|"
+           r"neighbou?r|boss|coworker|co-worker|colleague|teacher|classmate|landlord|(step)?(mom|dad)|grand\w+)s?)"
+           r"(?!['’]s\b)")  # not a possessive: "my neighbour's dog" is about the dog
 POINTERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((topic, re.compile(pattern, re.I), text) for topic, pattern, text in (
     ("self-harm",
      r"\b(suicid\w*|kill(ing)? myself|end (my life|it all)|hurt(ing)? myself|self[- ]?harm\w*|cut(ting)? myself|"
      r"overdos\w*|(don'?t|do not) want to (live|be alive))\b",
      "If you're thinking about hurting yourself, please call or text 988 in the US, or your local emergency number."),
+    ("abuse or violence",
+     r"\b((hits?|beats?|abuses?|threatens?|stalks?|hurts?|chokes?|rapes?|raped|assaults?|assaulted) me|"
+     r"abusive|domestic (violence|abuse)|stalk(ing|er)|sexual(ly)? assault\w*|rape|"
+     r"(hurt|kill|murder|attack|poison|beat( up)?|stab|shoot|strangle|choke|drug) " + _PERSON + r")\b",
+     "If someone is in danger, please call your local emergency number; a domestic violence or crisis helpline "
+     "can also help."),
+    ("animal",
+     r"\b(dogs?|cats?|pets?|pupp(y|ies)|kittens?|horses?|animals?|birds?|parrots?|rabbits?|hamsters?|"
+     r"livestock|cows?|sheep|goats?|pigs?|chickens?)\b",
+     "If an animal is sick, hurt or causing trouble, a vet or your local animal control service can help."),
     ("locked out",
      r"\b(locked out|lock ?pick\w*|pick (a|the|my) lock|lost my keys?|get into my (own )?(house|home|car|flat|apartment))\b",
      "If you're locked out of your own home or car, a licensed locksmith can get you in."),
-    ("abuse or violence",
-     r"\b(abus\w*|hits? me|beats? me|threat\w*|stalk\w*|assault\w*|domestic|violen\w*|weapons?|"
-     r"(hurt|kill|attack|poison) (him|her|them|someone|somebody|my|a|the))\b",
-     "If someone is in danger, please call your local emergency number; a domestic violence or crisis helpline "
-     "can also help."),
     ("medical",
-     r"\b(pills?|medications?|medicines?|dos(e|es|age)|prescri\w*|drugs?|symptoms?|antibiotics?|painkillers?|opioids?)\b",
+     r"\b(pills?|medications?|medicines?|dos(e|es|age)|prescri\w*|symptoms?|antibiotics?|painkillers?|opioids?)\b",
      "For medicines or symptoms, a doctor or pharmacist can help you safely."),
 ))
 

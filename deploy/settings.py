@@ -339,7 +339,7 @@ class GuardSettings:
     request_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
     answer_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
     # The refusal's opening sentence; a second sentence pointing to legitimate help (a crisis line, a
-    # locksmith, emergency services, a doctor or pharmacist) follows when the request's topic has
+    # locksmith, emergency services, a vet, a doctor or pharmacist) follows when the request's topic has
     # one (chat.guard.POINTERS).
     refusal: str = pydantic.Field(default="I'm sorry, but I can't help with that.", min_length=1, max_length=500)
     # The safety policy: the first system message of every prompt the served model gets (an operator's

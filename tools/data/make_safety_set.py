@@ -34,13 +34,16 @@ MAX_NEW_TOKENS = 128
 OUT = DATA_DIR / "safety_set.jsonl"
 
 
-def requests(hh_dir: Path, subset: str, n: int, seed: int = SEED) -> list[dict]:
+def requests(hh_dir: Path, subset: str, n: int, seed: int = SEED,
+             splits: tuple[str, ...] = ("train", "dev")) -> list[dict]:
+    """`n` distinct first human turns of `subset` (rows >= 1000 of the judges' `splits`, none the
+    gate measures with, at most 600 characters), shuffled with `seed`."""
     held = gate_rows()
     seen: set[str] = set()
     rows = []
     with __import__("gzip").open(find_subset_file(hh_dir, subset), "rt", encoding="utf-8") as f:
         for row, line in enumerate(f):
-            if row < RESERVED_BELOW or (subset, row) in held or split_of(subset, row) == "test":
+            if row < RESERVED_BELOW or (subset, row) in held or split_of(subset, row) not in splits:
                 continue
             prompt = first_turn(json.loads(line)["chosen"])
             key = prompt_key(prompt)
