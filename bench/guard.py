@@ -89,7 +89,7 @@ def answer_all(reqs: list[dict], sides: list[str], alone_kinds: set[str], data_d
     """Each request in turn, through each side (the model alone only for `alone_kinds`)."""
     from chat.turns import send
     from deploy.serving.factory import sampling_params
-    from feedback.store import Store
+    from store import Store
 
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["side"], r["subset"], r["row"]) for r in read(out)}

@@ -112,7 +112,7 @@ def main() -> None:
     from deploy.serving.factory import make_backend, turn_context
     from deploy.serving.guard import make_guard, warm_up
     from deploy.settings import Settings
-    from feedback.store import Store
+    from store import Store
 
     settings = Settings(data_dir=str(args.data_dir))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
