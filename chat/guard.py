@@ -9,9 +9,13 @@ Design choices:
   answer is unsafe), and a `version` stored with every verdict, so a decision can be traced to
   the judge that made it and relabelled data can be matched to it.
 - A risky request is refused without calling the model (nothing to stop, nothing wasted).
-- A streamed answer is judged on the whole text so far at each sentence end (or every
-  `CHECK_EVERY_CHARS` characters without one), and once more at its end: a check per sentence,
-  not per token. On "unsafe" the generation is stopped and the stream yields a `Replace`: every
+- A streamed answer is judged on the whole text so far at a sentence end once it has
+  `FIRST_CHECK_CHARS` characters, then each time it has doubled since the last check (or every
+  `CHECK_EVERY_CHARS` characters without a sentence end), and once more at its end. The answer
+  threshold is a per-judgement cut (chosen on whole answers), and an answer is stopped at its first
+  prefix over it: a check per sentence took the maximum of a dozen noisy scores and withdrew a
+  fifth of everyday answers; doubling keeps the checks to about log2 of the length, and a few words
+  alone are never judged before the answer's end. On "unsafe" the generation is stopped and the stream yields a `Replace`: every
   surface withdraws what it showed and shows the refusal instead; the stored answer is the
   refusal, and the model's text is kept in the verdict (for the operators' review and export).
 - The refusal is one sentence, plus one sentence pointing to legitimate help where the request's
@@ -44,6 +48,7 @@ from store.attributes import add_to_system
 ALLOWED, REFUSED, REPLACED = "allowed", "refused", "replaced"
 VERDICTS = (ALLOWED, REFUSED, REPLACED)
 FINISH_FILTERED = "content_filter"  # the finish reason of a refused or replaced answer (OpenAI's word)
+FIRST_CHECK_CHARS = 120  # a streamed answer is first judged at a sentence end past this length
 CHECK_EVERY_CHARS = 300  # an answer that runs on without a sentence end is still checked this often
 _SENTENCE_END = re.compile(r"[.!?…][\"')\]]*\s|\n")
 
@@ -158,14 +163,17 @@ _UNAVAILABLE = "The safety check is not available right now, so no answer was gi
 
 
 class AnswerWatch:
-    """When to judge a streaming answer: at a sentence end, or after `CHECK_EVERY_CHARS` without one."""
+    """When to judge a streaming answer: at a sentence end once it is `FIRST_CHECK_CHARS` long and
+    twice as long as at the last check, or after `CHECK_EVERY_CHARS` more without a sentence end."""
 
     def __init__(self) -> None:
         self.checked = 0  # characters of the answer judged so far
 
     def due(self, text: str) -> bool:
-        if len(text) - self.checked >= CHECK_EVERY_CHARS or _SENTENCE_END.search(text, self.checked):
-            self.checked = len(text)
+        n, due_at = len(text), max(FIRST_CHECK_CHARS, 2 * self.checked)
+        at_sentence_end = n >= due_at and _SENTENCE_END.search(text, due_at - 3)
+        if at_sentence_end or n - self.checked >= max(CHECK_EVERY_CHARS, self.checked):
+            self.checked = n
             return True
         return False
 

@@ -9,7 +9,7 @@ import pytest
 from guard_helpers import UNSAFE_WORD, BrokenJudge, FakeJudge, ScriptedBackend
 
 from chat.backends import BackendError, SamplingParams
-from chat.guard import Guard, Replace, refusal_text, with_policy
+from chat.guard import FIRST_CHECK_CHARS, Guard, Replace, checkpoints, refusal_text, with_policy
 from chat.turns import TurnContext, regenerate, send
 from store.attributes import Attributes
 
@@ -36,7 +36,7 @@ def test_an_everyday_question_is_answered_and_the_decision_stored(store):
     assert g.safety["verdict"] == "allowed" and g.safety["judge"] == "fake-judge-v1"
     assert g.safety["score"] == 0.05 and g.safety["request_score"] == 0.1
     # One check per sentence (three sentences), not per token (18 words); the last on the whole answer.
-    assert len(judge.answers) == 3 and judge.answers[-1].strip() == SAFE
+    assert len(judge.answers) == len(checkpoints(SAFE)) and judge.answers[-1].strip() == SAFE
 
 
 def test_a_risky_request_is_refused_without_calling_the_model(store):
@@ -67,8 +67,10 @@ def test_an_answer_that_turns_unsafe_is_stopped_and_replaced(store):
     deltas = list(turn)
     assert isinstance(deltas[-1], Replace) and deltas[-1] == turn.answer.content
     shown = "".join(d for d in deltas[:-1])
-    # Shown as it streamed up to the end of the unsafe sentence, where the check ran: then withdrawn.
-    assert shown.strip() == f"Start with this. Then do something {UNSAFE_WORD}"
+    # Shown as it streamed up to the first check that saw the unsafe sentence: then withdrawn.
+    # The first check (a sentence end past FIRST_CHECK_CHARS) saw the unsafe sentence and stopped it.
+    assert len(judge.answers) == 1 and UNSAFE_WORD in judge.answers[0]
+    assert FIRST_CHECK_CHARS <= len(judge.answers[0]) < len(TURNS_UNSAFE.strip()) and TURNS_UNSAFE.startswith(shown)
     gen = backend.started[0][1]
     assert gen.cancelled and gen.yielded < len(TURNS_UNSAFE.split())  # the model was stopped
     stored = store.conversations.get_message(turn.answer.id)
@@ -190,3 +192,15 @@ def test_served_answers_judge_all_requests_and_all_checkpoints_in_one_call_each(
     assert [v["verdict"] for _, v in out] == ["allowed", "refused", "replaced"]
     assert judge.calls == 2 and len(judge.answers) == len(checkpoints(SAFE)) + len(checkpoints(TURNS_UNSAFE.strip()))
     assert checkpoints(SAFE)[-1] == SAFE and checkpoints("") == []
+
+
+def test_a_streamed_answer_is_judged_about_log2_times_and_never_on_a_few_words_alone():
+    """Each check is one draw against a cut set on whole answers: a check per sentence would take
+    the worst of a dozen scores. The checks double in length, the first past FIRST_CHECK_CHARS."""
+    answer = " ".join(f"Step {i} is short." for i in range(1, 61))  # 60 sentences, ~1,100 characters
+    points = checkpoints(answer)
+    assert points[-1] == answer
+    assert len(FIRST_CHECK_CHARS * "x") <= len(points[0])
+    assert all(len(b) >= 2 * len(a) for a, b in zip(points, points[1:-1]))
+    assert len(points) <= 5
+    assert checkpoints("Sure.") == ["Sure."]  # a short whole answer is still judged, once, at its end
