@@ -59,12 +59,15 @@ def test_under_ci_a_missing_prerequisite_fails_with_its_reason(tmp_path, ci):
 
 
 def test_ci_run_lists_the_skipped_tests_and_keeps_make_tests_status(tmp_path):
-    """`.ci/run` with a stand-in `make` that runs the sample (off CI: 2 skips) and exits 3."""
+    """`.ci/run` with a stand-in `make` that runs the sample (off CI: 2 skips, and an expected
+    failure listed apart) and exits 3."""
     repo = TESTS.parent
     sample = tmp_path / "sample"
     sample.mkdir()
     (sample / "conftest.py").write_text("from prereqs import pytest_runtest_setup  # noqa: F401\n")
     (sample / "test_sample.py").write_text(SAMPLE)
+    (sample / "test_known.py").write_text(
+        "import pytest\n\n@pytest.mark.xfail(reason='a known miss', strict=True)\ndef test_known():\n    assert False\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "make").write_text(
@@ -83,3 +86,4 @@ def test_ci_run_lists_the_skipped_tests_and_keeps_make_tests_status(tmp_path):
     assert tail.startswith("skipped tests: 2\n"), tail
     assert "test_sample::test_marked: no widget on this machine" in tail
     assert "test_sample::test_called: no gadget on this machine" in tail
+    assert "expected failures (ran, failed as marked): 1\n" in tail and "test_known::test_known: a known miss" in tail
