@@ -22,6 +22,9 @@ ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql "P
 # nginx for the local production topology (tests/test_topology.py: its own config and prefix, the
 # packaged service is not started).
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx "the topology test"
+# A Compose CLI only to validate deploy/ops/compose.yaml (`config -q`: no Docker daemon is needed).
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null \
+  || apt_install docker-compose "the compose file check"
 # axe-core for the accessibility check in the browser tests (a plain npm package: no browser download).
 if [ ! -f .cache/npm/node_modules/axe-core/axe.min.js ]; then
   if command -v npm >/dev/null; then

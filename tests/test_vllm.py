@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prereqs import require
 from typer.testing import CliRunner
 
 from deploy.serving.vllm import (
@@ -303,8 +304,8 @@ def compose_cli() -> list[str] | None:
 
 def test_compose_config_validates():
     cli = compose_cli()
-    if cli is None:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed; test_compose_structure stands in")
+    require(cli is not None, "neither `docker compose` nor `docker-compose` is installed "
+            "(scripts/setup_test_deps.sh installs Debian's docker-compose); test_compose_structure stands in")
     path = str(REPO / "deploy" / "ops" / "compose.yaml")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"}
     ok = subprocess.run([*cli, "-f", path, "config", "-q"], capture_output=True, text=True, env=env | {"ADVISOR_ADMIN_TOKEN": "x"})
