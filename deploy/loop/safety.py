@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.release.judges import harmlessness_thresholds, load_judges, load_moderator, moderator_dir
+from deploy.release.judges import judge_threshold, load_judges, load_moderator, moderator_dir
 from feedback.datasets import AcceptEverythingFilter, SafetyFilter
 
 
@@ -101,5 +101,6 @@ def make_safety_filter(settings: Any, enabled: bool = True,
     moderator = ModeratorSafetyFilter(cache, config)
     if settings is None or settings.judges.kind != "trained":
         return moderator
-    _, answer_cut = harmlessness_thresholds(settings)
-    return JudgeSafetyFilter(moderator, lambda: load_judges(settings)[1], answer_cut)
+    # The judge's own cut (5 % of all safe answers to harmless requests flagged, in cross-validation),
+    # not the guard's stricter-on-false-positives one: dropping a safe example costs little.
+    return JudgeSafetyFilter(moderator, lambda: load_judges(settings)[1], judge_threshold())

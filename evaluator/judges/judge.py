@@ -110,12 +110,13 @@ class Judges:
 
 
 def shipped_thresholds(weights_dir: Path = WEIGHTS_DIR) -> tuple[float, float]:
-    """(request, answer) thresholds of the shipped harmlessness judge, read from its weights' metadata."""
-    def threshold(name: str) -> float:
-        path = weights_dir / f"{name}.json"
-        return float(json.loads(path.read_text()).get("threshold", 0.5)) if path.is_file() else 0.5
+    """(request, answer) thresholds the serving guard uses, read from the shipped weights' metadata:
+    the answer cut set on the served model's own answers (`guard_threshold`), else the judge's."""
+    def threshold(name: str, key: str = "threshold") -> float:
+        meta = json.loads((weights_dir / f"{name}.json").read_text()) if (weights_dir / f"{name}.json").is_file() else {}
+        return float(meta.get(key, meta.get("threshold", 0.5)))
 
-    return threshold("request"), threshold("harmless")
+    return threshold("request"), threshold("harmless", "guard_threshold")
 
 
 def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judges:
