@@ -97,11 +97,9 @@ def harmlessness_thresholds(settings: Any) -> tuple[float, float]:
 def judge_threshold() -> float:
     """The shipped harmlessness judge's own unsafe cut (the gate's model-alone axis and the
     training-set filter use it; the guard uses `harmlessness_thresholds`)."""
-    import json
+    from evaluator.judges.judge import shipped_threshold
 
-    from evaluator.judges.judge import WEIGHTS_DIR
-
-    return float(json.loads((WEIGHTS_DIR / "harmless.json").read_text()).get("threshold", 0.5))
+    return shipped_threshold("harmless")
 
 
 def load_judges(settings: Any) -> tuple[Any, Any]:

@@ -109,14 +109,18 @@ class Judges:
         return json.loads(RECIPE.read_text()) if RECIPE.is_file() else {}
 
 
-def shipped_thresholds(weights_dir: Path = WEIGHTS_DIR) -> tuple[float, float]:
-    """(request, answer) thresholds the serving guard uses, read from the shipped weights' metadata:
-    the answer cut set on the served model's own answers (`guard_threshold`), else the judge's."""
-    def threshold(name: str, key: str = "threshold") -> float:
-        meta = json.loads((weights_dir / f"{name}.json").read_text()) if (weights_dir / f"{name}.json").is_file() else {}
-        return float(meta.get(key, meta.get("threshold", 0.5)))
+def shipped_threshold(name: str, key: str = "threshold", weights_dir: Path = WEIGHTS_DIR) -> float:
+    """A cut from the shipped weights' metadata (`key`, else the head's own "threshold", else 0.5)."""
+    path = weights_dir / f"{name}.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    return float(meta.get(key, meta.get("threshold", 0.5)))
 
-    return threshold("request"), threshold("harmless", "guard_threshold")
+
+def shipped_thresholds(weights_dir: Path = WEIGHTS_DIR) -> tuple[float, float]:
+    """(request, answer) thresholds the serving guard uses: the answer cut set on the served
+    model's own answers (`guard_threshold`), else the judge's."""
+    return (shipped_threshold("request", weights_dir=weights_dir),
+            shipped_threshold("harmless", "guard_threshold", weights_dir))
 
 
 def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judges:
