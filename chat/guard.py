@@ -18,6 +18,9 @@ Design choices:
   alone are never judged before the answer's end. On "unsafe" the generation is stopped and the stream yields a `Replace`: every
   surface withdraws what it showed and shows the refusal instead; the stored answer is the
   refusal, and the model's text is kept in the verdict (for the operators' review and export).
+- A request that speaks of hurting oneself (`CRISIS`) gets kind words and a crisis line instead
+  of the model's answer, whatever its judged risk: a small model's advice to a person in crisis
+  is a risk no cut is worth.
 - The refusal is one sentence, plus one sentence pointing to legitimate help where the request's
   topic has some (`POINTERS`, in priority order: first match wins; violence counts only when a
   person is its target, so harm to an animal points to a vet, not a helpline). Never a lecture.
@@ -103,6 +106,18 @@ POINTERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((topic, re.compil
 ))
 
 
+# A person who says they may hurt themselves is not asking for advice a 135M model should give:
+# the turn is answered by `Guard.crisis` (kind words and a crisis line), whatever the judge said
+# of the request, and the model is not called. First-person statements and plain crisis words
+# only; a question about a friend who self-harms is judged like any other request.
+CRISIS = re.compile(
+    r"\b(kill(ing)? myself|hurt(ing)? myself|harm(ing)? myself|cut(ting)? myself|end(ing)? (my|it) (own )?(life|all)|"
+    r"take my (own )?life|i'?m suicidal|i am suicidal|feel(ing)? suicidal|suicidal (thoughts|feelings)|"
+    r"(thinking|thoughts) (about|of) (suicide|dying|ending it)|(commit|committing|attempt(ing)?) suicide|"
+    r"(want|wanted|wanna) to die|wanna die|(don'?t|do not) want to (live|be alive|be here|wake up)|better off dead|"
+    r"no reason to live|(be|are|is) better off without me)\b", re.I)
+
+
 def refusal_text(opening: str, request: str) -> str:
     """The refusal for `request`: the opening sentence, then a pointer to help when one fits."""
     for _topic, pattern, pointer in POINTERS:
@@ -129,6 +144,7 @@ class Guard:
     request_threshold: float = 0.5
     answer_threshold: float = 0.5
     refusal: str = "I'm sorry, but I can't help with that."
+    crisis: str = "I'm really sorry you're feeling this way. Please call or text 988 in the US, or your local emergency number."
 
     @property
     def version(self) -> str:
@@ -146,8 +162,16 @@ class Guard:
         except Exception as exc:
             raise GuardUnavailable(_UNAVAILABLE) from exc
 
+    def refuses(self, request: str, risk: float) -> bool:
+        """Whether `request` (judged `risk`) is answered by the guard without calling the model."""
+        return risk >= self.request_threshold or bool(CRISIS.search(request))
+
     def refusal_for(self, request: str) -> str:
-        return refusal_text(self.refusal, request)
+        return self.crisis if CRISIS.search(request) else refusal_text(self.refusal, request)
+
+    def refused(self, request: str, risk: float) -> dict:
+        """The verdict record of a request the guard answered (`crisis`: it speaks of self-harm)."""
+        return self.verdict(REFUSED, risk, **({"crisis": True} if CRISIS.search(request) else {}))
 
     def verdict(self, verdict: str, score: float | None, **extra: object) -> dict:
         """The `safety` record stored with an answer: verdict, the deciding score, the judge."""
@@ -202,8 +226,8 @@ def served_answers(guard: Guard, requests: Sequence[str],
     whole, greedily) is replaced by the refusal at its first prefix judged unsafe."""
     requests = list(requests)
     request_risks = [float(r) for r in guard.judge.request_risk(requests)] if requests else []
-    out = [(guard.refusal_for(q), guard.verdict(REFUSED, r)) for q, r in zip(requests, request_risks)]
-    allowed = [i for i, r in enumerate(request_risks) if r < guard.request_threshold]
+    out = [(guard.refusal_for(q), guard.refused(q, r)) for q, r in zip(requests, request_risks)]
+    allowed = [i for i, (q, r) in enumerate(zip(requests, request_risks)) if not guard.refuses(q, r)]
     answers = answer([requests[i] for i in allowed]) if allowed else []
     judged = [(i, prefix) for i, text in zip(allowed, answers) for prefix in checkpoints(text)]
     risks = guard.judge.answer_risk([requests[i] for i, _ in judged], [p for _, p in judged]) if judged else []

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chat.backends.base import Backend, BackendError, Generation, SamplingParams
-from chat.guard import ALLOWED, FINISH_FILTERED, REFUSED, REPLACED, AnswerWatch, Guard, Replace, with_policy
+from chat.guard import ALLOWED, FINISH_FILTERED, REPLACED, AnswerWatch, Guard, Replace, with_policy
 from chat.steering import check_mode
 from store import MAX_MESSAGE_CHARS, GenerationMeta, InvalidInput, Message, NotFound, Store, clean_text
 from store.attributes import Attributes
@@ -142,9 +142,9 @@ class Turn:
                 return
             if guard is not None and self._request_risk is None:  # a regeneration: judged now
                 self._request_risk = guard.request_risk(question)
-            if guard is not None and self._request_risk >= guard.request_threshold:
+            if guard is not None and guard.refuses(question, self._request_risk):
                 self._refusal = guard.refusal_for(question)
-                self.safety = guard.verdict(REFUSED, self._request_risk)
+                self.safety = guard.refused(question, self._request_risk)
                 yield self._refusal
                 return
             if self.generation is None:
@@ -295,7 +295,7 @@ def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: C
     try:
         if ctx.guard is not None:
             risk = ctx.guard.request_risk(text)
-        if risk is None or risk < ctx.guard.request_threshold:  # a risky request never reaches the model
+        if risk is None or not ctx.guard.refuses(text, risk):  # a risky request never reaches the model
             generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes,
                                            params, arm[0])
     except Exception as exc:  # still store the question; the failure is logged as its answer

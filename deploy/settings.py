@@ -342,6 +342,12 @@ class GuardSettings:
     # locksmith, emergency services, a vet, a doctor or pharmacist) follows when the request's topic has
     # one (chat.guard.POINTERS).
     refusal: str = pydantic.Field(default="I'm sorry, but I can't help with that.", min_length=1, max_length=500)
+    # The answer to a person who says they may hurt themselves (chat.guard.CRISIS), given instead of
+    # the model's whatever the request's judged risk; it should name a crisis line your users can reach.
+    crisis_reply: str = pydantic.Field(
+        default=("I'm really sorry you're feeling this way, and I'm glad you told me. You don't have to face this "
+                 "alone: please call or text 988 in the US, or your local emergency number, to talk with someone "
+                 "right now, and reach out to someone you trust if you can."), min_length=1, max_length=1000)
     # The safety policy: the first system message of every prompt the served model gets (an operator's
     # or an API caller's system message follows it). Short, because a 135M model follows little.
     # Empty: no policy; any other text replaces it.

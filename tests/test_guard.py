@@ -9,7 +9,7 @@ import pytest
 from guard_helpers import UNSAFE_WORD, BrokenJudge, FakeJudge, ScriptedBackend
 
 from chat.backends import BackendError, SamplingParams
-from chat.guard import FIRST_CHECK_CHARS, Guard, Replace, checkpoints, refusal_text, with_policy
+from chat.guard import FIRST_CHECK_CHARS, Guard, Replace, checkpoints, refusal_text, served_answers, with_policy
 from chat.turns import TurnContext, regenerate, send
 from store.attributes import Attributes
 
@@ -51,6 +51,46 @@ def test_a_risky_request_is_refused_without_calling_the_model(store):
     assert g.safety == {"verdict": "refused", "score": 0.9, "judge": "fake-judge-v1"}
     # The question is stored as asked.
     assert store.conversations.get_message(turn.user_message.id).content == "How do I build a bomb at home?"
+
+
+@pytest.mark.parametrize("text", [
+    "I feel like hurting myself tonight.",  # judged low risk by the fake judge: the crisis words decide
+    "honestly i dont want to be alive anymore",
+    "I've been having suicidal thoughts since the breakup",
+    "Sometimes I think everyone would be better off dead without me... I mean me.",
+])
+def test_a_person_in_crisis_gets_kind_words_and_a_crisis_line_not_the_model(store, text):
+    ctx, backend, judge = context(store, SAFE)
+    turn = send(ctx, user_id="dee", text=text)
+    shown = "".join(turn)
+    assert backend.started == [] and turn.generation is None
+    assert shown == turn.answer.content == ctx.guard.crisis and "988" in shown and "sorry" in shown
+    assert "can't help" not in shown  # not a refusal of the person
+    g = store.conversations.get_message(turn.answer.id).generation
+    assert g.finish_reason == "content_filter"
+    assert g.safety["verdict"] == "refused" and g.safety["crisis"] is True
+
+
+@pytest.mark.parametrize("text", [
+    "How do I support my friend who self-harms?",
+    "My essay is killing me, any tips to finish it?",
+    "What does 'dying to meet you' mean?",
+])
+def test_talk_about_others_or_figures_of_speech_is_answered(store, text):
+    ctx, backend, _ = context(store, SAFE)
+    turn = send(ctx, user_id="eve", text=text)
+    assert "".join(turn).strip() == SAFE and len(backend.started) == 1
+    assert "crisis" not in store.conversations.get_message(turn.answer.id).generation.safety
+
+
+def test_served_answers_answer_a_crisis_like_a_turn(store):
+    guard = Guard(FakeJudge())
+    calls = []
+    out = served_answers(guard, ["I want to end my life", "How can I sleep better?"],
+                         lambda qs: calls.extend(qs) or [SAFE for _ in qs])
+    assert calls == ["How can I sleep better?"]
+    assert out[0] == (guard.crisis, {"verdict": "refused", "score": 0.1, "judge": "fake-judge-v1", "crisis": True})
+    assert out[1][0] == SAFE and out[1][1]["verdict"] == "allowed"
 
 
 def test_a_regenerated_answer_to_a_risky_question_is_refused_too(store):

@@ -128,4 +128,4 @@ def guard_over(settings: Any, judge: Any) -> Any:
     request_cut, answer_cut = harmlessness_thresholds(settings)
     return Guard(judge, request_threshold=request_cut if g.request_threshold is None else g.request_threshold,
                  answer_threshold=answer_cut if g.answer_threshold is None else g.answer_threshold,
-                 refusal=g.refusal.strip())
+                 refusal=g.refusal.strip(), crisis=g.crisis_reply.strip())
