@@ -2,7 +2,7 @@
 # What the browser, PostgreSQL and vLLM tests need beyond .venv: Debian's Chromium (driven by the
 # playwright package; never `playwright install`), axe-core (npm) for the accessibility check,
 # Debian's PostgreSQL server binaries and nginx (the tests start their own server in a temporary directory:
-# tests/pg_server.py; the packaged cluster is not used) and the separate vLLM CPU environment
+# deploy/ops/pg_throwaway.py; the packaged cluster is not used) and the separate vLLM CPU environment
 # (.venv-vllm). Needs root for apt-get; without it those tests skip with a reason (and fail under
 # CI, where CI is set: tests/prereqs.py).
 set -uo pipefail

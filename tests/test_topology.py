@@ -24,12 +24,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pg_server import available as pg_unavailable
 from prereqs import VLLM_PYTHON, requires
 from service_helpers import ADMIN_TOKEN
 from vllm_fixtures import LORA_RANK, make_random_lora
 
 from deploy.ops.local_topology import Turn, Users, nginx_binary, render_nginx_conf, up
+from deploy.ops.pg_throwaway import available as pg_unavailable
 from deploy.serving.vllm import served_adapters
 from store import Store
 from store.jobs import HEARTBEAT_S

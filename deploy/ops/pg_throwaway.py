@@ -1,13 +1,16 @@
-"""A real, throwaway PostgreSQL server for tests and benchmarks: Debian's binaries, a temporary
-data directory, a free port, trust authentication on 127.0.0.1 only.
+"""A real, throwaway PostgreSQL server: Debian's binaries, a temporary data directory, a free
+port, trust authentication on 127.0.0.1 only. The tests' fixtures, the benchmarks and
+deploy/ops/local_topology.py (without `--dsn`) start theirs here.
 
     with PostgresServer.start() as pg:
         url = pg.create_database()     # postgresql://postgres@127.0.0.1:PORT/t_1a2b...
 
 Design choices:
+- It lives with the operations scripts, not under tests/, so that shipped code never imports
+  the tests.
 - The binaries come from the `postgresql` Debian package (`/usr/lib/postgresql/<v>/bin`, or
   `pg_ctl` on PATH); `available()` says why not when they are absent, and the fixtures skip with
-  that reason (fail under CI: `prereqs.require`). `scripts/setup_test_deps.sh` installs the
+  that reason (fail under CI: tests/prereqs.py's `require`). `scripts/setup_test_deps.sh` installs the
   package in CI.
 - `initdb` and `pg_ctl` refuse to run as root, so as root they run as the `postgres` user
   (`runuser`) on a directory it owns; otherwise as the current user.
@@ -25,7 +28,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +61,8 @@ def available() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -82,7 +85,7 @@ class PostgresServer:
             raise RuntimeError(reason)
         bin_dir = _bin_dir()
         root = Path(tempfile.mkdtemp(prefix="advisor-pg-"))
-        server = cls(root=root, port=_free_port(), bin_dir=bin_dir)
+        server = cls(root=root, port=free_port(), bin_dir=bin_dir)
         if os.geteuid() == 0:
             shutil.chown(root, "postgres", "postgres")
         server._run("initdb", "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8",
@@ -125,12 +128,3 @@ class PostgresServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port}")
