@@ -22,6 +22,7 @@ from store.attributes import Attributes
 from store.migrations import LATEST_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
+ROOM = Path(__file__).resolve().parent  # this file and, above it, the helpers it imports
 
 META = GenerationMeta(backend="builtin", model="builtin-test", attributes=Attributes(verbosity=3), steering="steerlm",
                       temperature=0.7, top_p=0.95, max_new_tokens=200, seed=1, latency_ms=812.5, first_token_ms=40.1,
@@ -43,7 +44,7 @@ def log_turn(store: Store, user_id: str, i: int, conversation_id: str | None = N
 
 WRITER = textwrap.dedent("""
     import sys
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = {paths!r}
     from store import Store
     from test_store_durability import log_turn
     store = Store({db!r})
@@ -56,7 +57,7 @@ WRITER = textwrap.dedent("""
 
 
 def kill_writer_mid_stream(db: Path, after: int) -> list[list[str]]:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(tests=str(Path(__file__).resolve().parent), db=str(db))],
+    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(paths=[str(ROOM), str(ROOM.parent)], db=str(db))],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acked = []
     try:
