@@ -14,6 +14,7 @@ from prereqs import requires
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
+REPO_WIDE_TESTS = {"test_layout.py", "test_prereqs.py"}  # the only test files at the top of tests/
 BIN = Path(sys.executable).parent
 CODE = ("chat", "feedback", "store", "trainer", "evaluator", "deploy", "bench", "tools")
 # Modules that are data written as Python (the corpus's topic tables, the PII test set's value
@@ -75,8 +76,11 @@ def test_tests_sit_in_rooms_and_helpers_hold_no_tests():
     by_name: dict[str, list[str]] = {}
     for path in test_files:
         by_name.setdefault(path.stem, []).append(path.relative_to(TESTS).as_posix())
-    assert not [paths for paths in by_name.values() if len(paths) > 1], "test file names must differ across rooms"
+    same = [paths for paths in by_name.values() if len(paths) > 1]
+    assert not same, f"test file names must differ across rooms: {same}"
     assert all(len(path.relative_to(TESTS).parts) <= 2 for path in test_files), "rooms are one level deep"
+    loose = sorted({path.name for path in TESTS.glob("test_*.py")} - REPO_WIDE_TESTS)
+    assert not loose, f"put these in the room of the package they test (tests/<package>/): {loose}"
     cross = [f"{path.relative_to(TESTS)} imports {name}" for path in test_files for name in _imported_modules(path)
              if name in by_name and not (path.parent / f"{name}.py").exists()]
     assert not cross, "move what rooms share into a helper at the top of tests/: " + "; ".join(cross)
