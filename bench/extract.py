@@ -345,8 +345,7 @@ def main() -> None:
             db.unlink()
         pg = None
         if args.store == "postgres":
-            sys.path.insert(0, str(REPO / "tests"))
-            from pg_server import PostgresServer
+            from deploy.ops.pg_throwaway import PostgresServer
 
             pg = PostgresServer.start(durable=True)
             db = pg.create_database()

@@ -32,11 +32,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 import httpx  # noqa: E402
 from _machine import cpu_model  # noqa: E402
-from pg_server import PostgresServer, _free_port  # noqa: E402
+
+from deploy.ops.pg_throwaway import PostgresServer, free_port  # noqa: E402
 
 
 def start(n: int, url: str, data: Path, model: Path, max_new_tokens: int) -> list[tuple[subprocess.Popen, str]]:
@@ -49,7 +49,7 @@ def start(n: int, url: str, data: Path, model: Path, max_new_tokens: int) -> lis
     }
     out = []
     for i in range(n):
-        port = _free_port()
+        port = free_port()
         log = (data / f"replica{i}.log").open("w")
         proc = subprocess.Popen([sys.executable, "-m", "deploy.wiring", "serve", "--port", str(port),
                                  "--log-level", "warning"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -294,8 +294,7 @@ def logging_runs(backend: str, args: argparse.Namespace) -> list[float]:
     """Logging alone, from 1 and from 8 threads, on one backend; prints and returns the 1-thread latencies."""
     pg = None
     if backend == "postgres":
-        sys.path.insert(0, str(REPO / "tests"))
-        from pg_server import PostgresServer
+        from deploy.ops.pg_throwaway import PostgresServer
 
         pg = PostgresServer.start(durable=True)
         print(f"store: PostgreSQL (fsync on, 127.0.0.1) holding {args.prefill:,} past turns")

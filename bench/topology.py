@@ -33,13 +33,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 import httpx  # noqa: E402
 from _machine import cpu_model, emit  # noqa: E402
-from pg_server import PostgresServer  # noqa: E402
 
 from deploy.ops.local_topology import Topology, Users, up  # noqa: E402
+from deploy.ops.pg_throwaway import PostgresServer  # noqa: E402
 
 LEASE_S = 30.0
 TOKEN = "bench-topology"

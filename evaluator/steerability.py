@@ -13,7 +13,7 @@ Design choices:
   the built-in model's check all answer and measure through them (each with its own prompts).
 - Measures: verbosity → words in the answer; complexity → Flesch–Kincaid grade, 0 for an empty
   answer (`evaluator.text`, as the labeller measures them). ρ is pooled over all grid rows of an
-  attribute (as tests/test_acsft_steering.py measures it), with average ranks for ties.
+  attribute (as tests/proofs/test_acsft_steering.py measures it), with average ranks for ties.
 - A constant measure (the same length at every value) has no defined ρ; it is counted as 0, the
   value of "the slider does nothing", so a model that ignores the slider scores 0, not "unknown".
 - The axis value is the mean of the two ρ, and the bootstrap resamples prompts (clusters): all

@@ -1,4 +1,4 @@
-"""The PII test set and how a detector is scored on it (bench/pii.py and tests/test_pii.py).
+"""The PII test set and how a detector is scored on it (bench/pii.py and tests/feedback/test_pii.py).
 
 `feedback/data/pii_testset.jsonl` (generator and conventions: tools/data/make_pii_testset.py):
 one item per line, `{"id", "split", "kind", "text", "spans": [{"type", "start", "end", "value"}]}`,

@@ -2,7 +2,7 @@
 # What the browser, PostgreSQL and vLLM tests need beyond .venv: Debian's Chromium (driven by the
 # playwright package; never `playwright install`), axe-core (npm) for the accessibility check,
 # Debian's PostgreSQL server binaries and nginx (the tests start their own server in a temporary directory:
-# tests/pg_server.py; the packaged cluster is not used) and the separate vLLM CPU environment
+# deploy/ops/pg_throwaway.py; the packaged cluster is not used) and the separate vLLM CPU environment
 # (.venv-vllm). Needs root for apt-get; without it those tests skip with a reason (and fail under
 # CI, where CI is set: tests/prereqs.py).
 set -uo pipefail
@@ -19,7 +19,7 @@ apt_install() {  # apt_install PACKAGE WHAT-SKIPS
 }
 [ -x /usr/bin/chromium ] || apt_install chromium "browser tests"
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql "PostgreSQL tests"
-# nginx for the local production topology (tests/test_topology.py: its own config and prefix, the
+# nginx for the local production topology (tests/deploy/test_topology.py: its own config and prefix, the
 # packaged service is not started).
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx "the topology test"
 # A Compose CLI only to validate deploy/ops/compose.yaml (`config -q`: no Docker daemon is needed).

@@ -83,7 +83,7 @@ def pg_server():
     """One real PostgreSQL server for the session (Debian's binaries, a temporary directory, a
     free port), stopped at the end; the tests that need it skip (fail under CI), saying why, when
     it cannot run."""
-    from pg_server import PostgresServer, available
+    from deploy.ops.pg_throwaway import PostgresServer, available
 
     reason = available()
     require(reason is None, reason or "")

@@ -1,6 +1,7 @@
 """The layout rules, checked by tools rather than by memory: the import layers
 (import-linter's contracts in pyproject.toml), no function over 80 lines and no module over 500
-outside tests, and no code in the runtime packages that nothing uses (vulture)."""
+outside tests, no code in the runtime packages that nothing uses (vulture), and tests/ in rooms
+(docs/design.md, "Tests")."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from prereqs import requires
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+REPO_WIDE_TESTS = {"test_layout.py", "test_prereqs.py"}  # the only test files at the top of tests/
 BIN = Path(sys.executable).parent
 CODE = ("chat", "feedback", "store", "trainer", "evaluator", "deploy", "bench", "tools")
 # Modules that are data written as Python (the corpus's topic tables, the PII test set's value
@@ -56,3 +59,33 @@ def test_no_unused_code_in_the_runtime_packages():
                              # parameters an interface dictates: spaCy's process_batch, signal handlers
                              "--ignore-names", "as_tuples,signum"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module} | {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+
+
+def test_tests_sit_in_rooms_and_helpers_hold_no_tests():
+    # Rooms are plain folders (no __init__.py, so tests/store never shadows the store package),
+    # which makes pytest import each test file by its bare name: names must differ across rooms,
+    # and a test module may import another test module of its own room only.
+    test_files = sorted(TESTS.rglob("test_*.py"))
+    assert not list(TESTS.rglob("__init__.py")), "tests/ and its rooms are plain folders: remove the __init__.py"
+    by_name: dict[str, list[str]] = {}
+    for path in test_files:
+        by_name.setdefault(path.stem, []).append(path.relative_to(TESTS).as_posix())
+    same = [paths for paths in by_name.values() if len(paths) > 1]
+    assert not same, f"test file names must differ across rooms: {same}"
+    assert all(len(path.relative_to(TESTS).parts) <= 2 for path in test_files), "rooms are one level deep"
+    loose = sorted({path.name for path in TESTS.glob("test_*.py")} - REPO_WIDE_TESTS)
+    assert not loose, f"put these in the room of the package they test (tests/<package>/): {loose}"
+    cross = [f"{path.relative_to(TESTS)} imports {name}" for path in test_files for name in _imported_modules(path)
+             if name in by_name and not (path.parent / f"{name}.py").exists()]
+    assert not cross, "move what rooms share into a helper at the top of tests/: " + "; ".join(cross)
+    helpers = [path for path in TESTS.glob("*.py") if not path.name.startswith("test_") and path.name != "conftest.py"]
+    collectable = [f"{path.name}: {node.name}" for path in helpers for node in ast.parse(path.read_text()).body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                   and node.name.lower().startswith("test")]
+    assert not collectable, "a helper module would hand these to pytest as tests: " + "; ".join(collectable)

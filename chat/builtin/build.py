@@ -9,7 +9,7 @@ The package ships the current recipe's build (`prebuilt/`, 5.5 MB: what `advisor
 --model builtin --force` made on a 2-core CPU, with its `build_info.json`), so a fresh machine
 and CI skip the 8–15 minute training: `build_builtin_model` copies it into the data directory
 when its recipe hash is the current one, and trains only when the recipe has changed since
-(or with `force`). `tests/test_builtin_model.py` fails when the shipped build no longer matches
+(or with `force`). `tests/chat/test_builtin_model.py` fails when the shipped build no longer matches
 the recipe and says how to refresh it.
 
 Crash safety: everything is written into a temporary sibling directory and renamed into

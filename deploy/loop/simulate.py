@@ -4,7 +4,7 @@ to each answer the way people do, according to a preference that can be set.
 `simulate(config)` runs `config.users` users, each with its own HTTP client and cookie jar (so
 its own anonymous user), for `config.turns` generated answers each, and returns a
 `SimulationSummary` (turns, reactions per kind, errors). It feeds the demo, the load test and the
-learning test (tests/test_learning.py).
+learning test (tests/proofs/test_learning.py).
 
 Design choices:
 - The REST API, not the store: the simulator exercises exactly what a browser does (ask,

@@ -12,13 +12,13 @@ Design choices:
 - nginx runs deploy/ops/nginx.conf itself: only the listen port and the upstream's server line
   are substituted (`render_nginx_conf`), inside a minimal main file with a private prefix, so the
   file tested here is the file shipped. A change to those two lines fails loudly here.
-- Without `--dsn` a throwaway PostgreSQL is started with the tests' helper (tests/pg_server.py:
-  Debian's binaries, a temporary directory, fsync on), stopped and removed at the end.
+- Without `--dsn` a throwaway PostgreSQL is started (deploy/ops/pg_throwaway.py: Debian's
+  binaries, a temporary directory, fsync on), stopped and removed at the end.
 - Each replica and vLLM get their own process group: `kill_replica` SIGKILLs the whole group, as
   a container's death would (a training subprocess dies with its replica), and a replica comes
   back on the same port (`start_replica`), as a supervisor would restart it.
 - `Users` is the load used to check it: simulated users posting turns through nginx, each on
-  one conversation and one cookie jar, every acknowledged turn recorded (tests/test_topology.py,
+  one conversation and one cookie jar, every acknowledged turn recorded (tests/deploy/test_topology.py,
   bench/topology.py).
 """
 
@@ -30,7 +30,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import httpx
 
+from deploy.ops.pg_throwaway import PostgresServer, free_port
 from deploy.serving.vllm import wait_healthy as wait_vllm_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,12 +49,6 @@ NGINX_CONF = Path(__file__).with_name("nginx.conf")
 SERVE = [sys.executable, "-m", "deploy.wiring", "serve"]
 SERVE_MODEL = [sys.executable, "-m", "deploy.wiring", "serve-model"]
 SERVED_MODEL_NAME = "advisor"  # what the replicas ask vLLM for, as in compose.yaml
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def nginx_binary() -> str | None:
@@ -272,11 +266,8 @@ def up(work: Path, *, model: str = "", dsn: str = "", replicas: int = 2, port: i
             pg.stop()
 
 
-def start_postgres():
-    """A throwaway PostgreSQL server (tests/pg_server.py), durable like a real one."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from pg_server import PostgresServer
-
+def start_postgres() -> PostgresServer:
+    """A throwaway PostgreSQL server (deploy/ops/pg_throwaway.py), durable like a real one."""
     return PostgresServer.start(durable=True)
 
 

@@ -19,7 +19,7 @@ The recipe, in order:
 3. A request head on the safety set's requests (harmful or not); its threshold is the lowest whose
    cross-validated false-positive rate on harmless requests is at most `REQUEST_MAX_FPR`.
 The figures (cross-validated and test accuracy with 95 % bootstrap intervals, the safety set's precision and
-recall) go into `recipe.json` beside the weights; `tests/test_judges.py` fails when the recipe
+recall) go into `recipe.json` beside the weights; `tests/evaluator/test_judges.py` fails when the recipe
 file's inputs move without the weights being retrained.
 """
 
