@@ -298,14 +298,9 @@ class CanarySettings:
     # live release stays). What each default buys, simulated: docs/canary.md.
     max_conversations: int = pydantic.Field(default=200, ge=1)
     max_hours: float = pydantic.Field(default=24.0, gt=0)
-    # Rule (deploy/release/canary.py): per answer, good = liked or followed by mined positive
-    # feedback; bad = disliked or followed by a rephrase or a correction. For both rates an
-    # always-valid confidence sequence of canary − live (normal mixture, answers clustered by
-    # user), so the rule may be checked as often as it likes. Once both arms have `min_answers`
-    # answers, at any check: roll back when the canary is shown worse by more than
-    # `rollback_margin` (bad-rate lower end above it, or good-rate upper end below minus it);
-    # promote when shown non-inferior (bad-rate upper end ≤ tolerance and good-rate lower end
-    # ≥ −tolerance).
+    # The rule (docs/canary.md): always-valid confidence sequences of canary − live for the good
+    # and bad rates, checked at will once both arms have `min_answers` answers: roll back when the
+    # canary is shown worse by more than `rollback_margin`, promote when shown within `tolerance`.
     min_answers: int = pydantic.Field(default=30, ge=1)
     tolerance: float = pydantic.Field(default=0.05, ge=0.0)
     # Chance, over the canary's whole life however often it is checked, of rolling back a canary
@@ -327,27 +322,24 @@ class CanarySettings:
 @dataclass
 class GuardSettings:
     # The safety guard on every chat surface (web page, /api, /v1, `advisor ask`; chat.guard): the
-    # request is judged before the model is called and the answer at each sentence end; a risky
-    # request gets the refusal instead of an answer, an unsafe answer is stopped and replaced by it.
-    # Off: nothing is judged or refused (the safety policy below still applies unless emptied).
+    # request is judged before the model is called and the answer as it streams; a risky request
+    # gets the refusal, an unsafe answer is stopped and replaced by it. Off: nothing is judged or
+    # refused (the safety policy below still applies unless emptied).
     enabled: bool = True
     # P(request seeks harmful help) at or above which the request is refused, and P(answer unsafe)
-    # at or above which the answer is replaced. Unset: the harmlessness judge's own thresholds,
-    # chosen for the best F1 on the labelled safety set's training part and shipped with its
-    # weights (their precision and recall on the held-out part: docs/judges.md). With the first
-    # moderator as judge (judges.kind = "fallback") 0.5 refused 29 % of 243 everyday advice requests.
+    # at or above which the answer is replaced. Unset: the cuts shipped with the harmlessness
+    # judge's weights (how they were chosen, and their precision and recall: docs/judges.md).
     request_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
     answer_threshold: Optional[float] = pydantic.Field(default=None, ge=0.0, le=1.0)
-    # The refusal's opening sentence; a second sentence pointing to legitimate help (a crisis line, a
-    # locksmith, emergency services, a vet, a doctor or pharmacist) follows when the request's topic has
-    # one (chat.guard.POINTERS).
+    # The refusal's opening sentence; one pointing to legitimate help follows when the request's topic
+    # has some (chat.guard.POINTERS: a crisis line, a locksmith, emergency services, a vet, a doctor).
     refusal: str = pydantic.Field(default="I'm sorry, but I can't help with that.", min_length=1, max_length=500)
-    # The answer to a person who says they may hurt themselves (chat.guard.CRISIS), given instead of
-    # the model's whatever the request's judged risk; it should name a crisis line your users can reach.
+    # The answer, instead of the model's, to a person who says they may hurt themselves
+    # (chat.guard.CRISIS); it should name a crisis line your users can reach.
     crisis_reply: str = pydantic.Field(
-        default=("I'm really sorry you're feeling this way, and I'm glad you told me. You don't have to face this "
-                 "alone: please call or text 988 in the US, or your local emergency number, to talk with someone "
-                 "right now, and reach out to someone you trust if you can."), min_length=1, max_length=1000)
+        default=("I'm really sorry you're feeling this way. You don't have to face this alone: please call or text "
+                 "988 in the US, or your local emergency number, to talk with someone right now."),
+        min_length=1, max_length=1000)
     # The safety policy: the first system message of every prompt the served model gets (an operator's
     # or an API caller's system message follows it). Short, because a 135M model follows little.
     # Empty: no policy; any other text replaces it.
