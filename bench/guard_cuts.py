@@ -164,10 +164,10 @@ def outcome(rows: list[dict], request_cut: float, answer_cut: float, judge_cut: 
     return out
 
 
-def choose_cut(dev: list[dict], request_cut: float, max_stops: float) -> tuple[float, list[dict]]:
-    """The lowest answer cut whose everyday stops on `dev` are at most `max_stops`, and the curve."""
-    everyday = [r for r in dev if r["kind"] == "everyday" and r["side"] == "served"]
-    risky = [r for r in dev if r["kind"] == "risky" and r["side"] == "served"]
+def choose_cut(rows: list[dict], request_cut: float, max_stops: float) -> tuple[float, list[dict]]:
+    """The lowest answer cut whose everyday stops on the dev rows are at most `max_stops`, and the curve."""
+    dev = [r for r in rows if r["part"] == "dev" and r["side"] == "served"]
+    everyday, risky = [r for r in dev if r["kind"] == "everyday"], [r for r in dev if r["kind"] == "risky"]
     curve, chosen = [], None
     for cut in [round(0.30 + 0.01 * i, 2) for i in range(71)]:
         stops = sum(verdict_at(r, request_cut, cut) != "allowed" for r in everyday) / max(len(everyday), 1)
