@@ -26,8 +26,8 @@ What describes a sentence (all cheap: no model, a few set operations, regexes be
 - the turn's structure against the answer, the four readings that cost precision on chats the
   classifier was not fitted to (`Structure` below): the sentence answers the question the answer
   put to the user; it is a bare acknowledgement after an answer that gave nothing (a question, a
-  short refusal, only an offer or a promise of help); it states the user's own view after an
-  answer that refused or moralised, saying nothing of the answer; it is a question on a new topic, sharing no content word with the answer
+  short refusal); it states the user's own view after an answer that refused or moralised, saying
+  nothing of the answer; it is a question on a new topic, sharing no content word with the answer
   and pointing at nothing in it. They are features for the classifier, and the cases the
   annotation conventions settle outright are vetoes (`VETOES`) that hold for the cross-encoder tier
   too.
@@ -118,28 +118,6 @@ _ANSWER_MAX_WORDS = 8  # the longest sentence read as a plain answer to the assi
 _EMPTY_MAX_WORDS = 40  # the longest answer that can have given nothing (a question, a refusal)
 
 
-# The assistant speaking of its own help to come ("I can recommend ...", "I'll work with you ...",
-# "Let me ...", "I think I have an idea"): a sentence that offers or promises, and gives nothing yet.
-_OFFER = re.compile(r"\b(?:i\s+can|i\s+could|i'll|i\s+will|i'd\s+(?:be|love)|i\s+would\s+(?:be|love)|we'll|we\s+can|"
-                    r"we\s+could|let's|let\s+me|i\s+think\s+i|i'm\s+(?:happy|glad)|happy\s+to|glad\s+to)\b")
-_SENTENCE_CUT = re.compile(r"(?<=[.!?\n])\s+")
-
-
-def offers_only(lower: str) -> bool:
-    """Every sentence of the (lowercased) answer asks the user something, offers or promises the
-    assistant's help, or is an interjection of two words at most, and one of them offers: the answer
-    gave nothing to judge yet (ANNOTATION.md, hard case 2: "only a promise, an offer, a preamble or a
-    question")."""
-    offered = False
-    for part in _SENTENCE_CUT.split(lower.strip()):
-        if part.rstrip("\"')]\u201d ").endswith("?") or len(cues.WORD.findall(part)) <= 2:
-            continue
-        if _OFFER.search(part) is None:
-            return False
-        offered = True
-    return offered
-
-
 def _last_question(text: str) -> str:
     """The answer's last question sentence (the text ends with "?"), lowercased."""
     body = text.rstrip("\"')]\u201d \n")
@@ -155,8 +133,7 @@ class Structure:
       negation, and shares a content word with that question or the question offered options:
       the user answering, not re-asking or correcting.
     - `bare_ack`: a short sentence of acknowledgement words only (`ACK`) after an answer that gave
-      nothing to judge: it only asked back, or it refused or dodged in a few words, or it only
-      offered or promised help (`offers_only`: "Sure, I can help!" -> "Great!").
+      nothing to judge (it only asked back, or it refused or dodged in a few words).
     - `stance`: after an answer that refused, dodged or moralised, a statement with no "you", no
       pointer at the answer and no objection cue: the user's own view of the topic, not a verdict
       on the answer.
@@ -164,7 +141,7 @@ class Structure:
       at nothing in it ("that", "it", "one", ...): a new request, not a clarification.
     """
 
-    __slots__ = ("asked_user", "options", "question", "empty", "offered")
+    __slots__ = ("asked_user", "options", "question", "empty")
 
     def __init__(self, lower: str, words: list[str], asked_back: bool, dodge: bool, n_sents: int, n_questions: int):
         self.asked_user = self.options = False
@@ -178,8 +155,6 @@ class Structure:
         short = len(words) <= _EMPTY_MAX_WORDS
         self.empty = short and ((asked_back and n_sents <= 2) or n_questions >= n_sents
                                 or (dodge and REFUSAL.search(lower) is not None))
-        # Kept out of `empty` (the turn feature `ans_empty`, read with every sentence): it only widens `bare_ack`.
-        self.offered = short and not self.empty and offers_only(lower)
 
     def answers(self, k: int, s: cues.Sentence, stems: set[str], hits: list[int]) -> bool:
         ws = s.wordlist
@@ -189,7 +164,7 @@ class Structure:
 
     def bare_ack(self, s: cues.Sentence) -> bool:
         ws = s.wordlist
-        return (self.empty or self.offered) and 0 < len(ws) <= _ACK_MAX_WORDS and ACK.issuperset(ws)
+        return self.empty and 0 < len(ws) <= _ACK_MAX_WORDS and ACK.issuperset(ws)
 
 
 def _stance(dodge: bool, s: cues.Sentence, hits: list[int]) -> bool:
@@ -394,7 +369,7 @@ def features(ctx: TurnContext, sents: list[cues.Sentence]) -> list[list[tuple[st
 # because hardly any gold span of the vetoed categories carries it (dev / train split, sentences
 # with the feature that hold such a span): an answer to the assistant's question is not a re-ask
 # or a correction (hard case 5; 0 of 18 / 5 of 105); a bare acknowledgement after an answer that
-# gave nothing is a go-ahead or a polite close, not praise (case 2; 1 of 12 / 2 of 61); a question
+# gave nothing is a go-ahead or a polite close, not praise (case 2; 1 of 8 / 1 of 50); a question
 # on something the answer did not say is a new request, not a clarification (case 1; 1 of 47 / 3
 # of 165). The decoder applies them after the cross-encoder's mix too, so they hold in both tiers.
 VETOES: tuple[tuple[tuple[str, float], frozenset[str]], ...] = (
