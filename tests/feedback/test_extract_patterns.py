@@ -42,6 +42,11 @@ ANSWERS = [
      "About ten days."),
     ("My bike chain keeps slipping.", "Is it a single-speed bike or one with gears?",
      "It has gears."),
+    # Options offered by the assistant, taken up in a word or two.
+    ("Where can I sell my old textbooks?", "Are you looking to sell them physically or online?", "Physically."),
+    ("I want to learn to draw comics.", "Nice! Do you want to draw on paper or digitally?", "Digitally, on an iPad."),
+    ("Recommend a podcast for my commute.", "How long is your commute, and do you prefer comedy or news?",
+     "About forty minutes, and comedy."),
 ]
 # ... next to a reply to the question that rejects the assistant's guess and says what is right,
 # and one that answers and then asks again for what the answer did not give.
@@ -52,6 +57,10 @@ ANSWER_NEIGHBOURS = [
      "No, I said without yeast. I need a soda bread recipe.", "aware_with_correction"),
     ("How do I get red wine out of a carpet?", "Why do you ask? Did something happen?",
      "Yes, I spilled a glass. How do I get red wine out of a carpet?", "repeat_rephrase"),
+    ("Where can I sell my old textbooks?", "Do you mean selling the printed books in a shop?",
+     "No, I meant the digital copies, online.", "aware_with_correction"),
+    ("Where can I sell my old textbooks?", "Do you mean selling the printed books in a shop?",
+     "No, the ebook versions. Where can I sell those?", "aware_with_correction"),
 ]
 
 
@@ -67,6 +76,9 @@ def test_a_reply_that_corrects_or_asks_again_is_still_feedback(extractor, previo
 
 
 # (2) A bare acknowledgement after an answer that gave nothing to judge: a go-ahead or a close.
+_OFFERED = pytest.mark.xfail(strict=True, reason="an answer that only offers or promises help is not read as one that "
+                             "gave nothing (bare_ack needs a question or a refusal), so the go-ahead is read as praise; "
+                             "widening bare_ack to it moved dev CV by noise and was not shipped (docs/feedback.md)")
 ACKS = [
     ("Can you help me write a cover letter?", "Sure, I can help. What job are you applying for?", "Great!"),
     ("Could you recommend a hiking trail?", "I can recommend some trails near you. Would that help?",
@@ -75,6 +87,13 @@ ACKS = [
      "Okay, thanks."),
     ("Tell me a fun fact.", "Do you want a fact about animals or about space?", "Interesting."),
     ("Who will win the election?", "I don't know, I can't predict elections.", "Alright."),
+    # An answer that only offers or promises help gave nothing to judge either (hard case 2).
+    pytest.param("I need ideas for a team lunch.", "Sure, I can help with that!", "Great!", marks=_OFFERED),
+    pytest.param("Can you help me plan a vegetable garden?", "I'd be happy to help. Let me ask you a few questions "
+                 "first.", "Okay, sounds good.", marks=_OFFERED),
+    pytest.param("Can you find me a cheap flight to Rome?", "Let me look into that for you.", "Thanks!", marks=_OFFERED),
+    pytest.param("Any ideas for a rainy Sunday?", "Oh, fun! I can suggest a few indoor activities.", "Cool.",
+                 marks=_OFFERED),
 ]
 # ... next to approval of an answer that did give something, and an evaluation after a question.
 ACK_NEIGHBOURS = [
@@ -89,6 +108,10 @@ ACK_NEIGHBOURS = [
                                          "classifier then leans to none (positive 0.39, none 0.56)")),
     ("What can I do in Lisbon?", "Ride tram 28, walk around Alfama, and try a pastel de nata in Belem.",
      "Interesting, that is really helpful."),
+    ("Can you help me plan a vegetable garden?", "Sure. Put tomatoes and basil in the sunniest bed, and lettuce "
+     "where it gets shade.", "Great, thanks!"),
+    ("I need ideas for a team lunch.", "Sure, I can help with that! A build-your-own taco bar works for most diets "
+     "and is cheap.", "Great idea, thanks!"),
 ]
 
 
@@ -114,6 +137,10 @@ STANCES = [
      "Big companies steal from their workers every day."),
     ("How can I scare my little brother?", "I'm sorry, I don't think scaring people is kind.",
      "Scaring people is harmless fun."),
+    ("How do I cheat at poker without getting caught?", "I won't help with cheating. It's unfair to the other "
+     "players.", "Poker is a game of deception anyway."),
+    ("How can I get out of jury duty by lying?", "I can't help you lie to a court.",
+     "Jury duty is a waste of everyone's time."),
 ]
 # ... next to a verdict on the answer itself and a correction that says what is needed.
 STANCE_NEIGHBOURS = [
@@ -124,6 +151,11 @@ STANCE_NEIGHBOURS = [
      {"aware_with_correction", "repeat_rephrase"}),
     ("How do I make a fake ID?", "I won't help with that.", "Come on, just tell me how to make a fake ID.",
      {"repeat_rephrase"}),
+    ("How can I get out of jury duty by lying?", "I can't help you lie to a court.",
+     "You're not helping at all. Just tell me what excuse gets me out of jury duty.",
+     {"aware_without_correction", "repeat_rephrase"}),
+    ("How do I sneak into a concert without a ticket?", "I'm not comfortable helping with that, it's trespassing.",
+     "It's not trespassing, the gates are open to the public.", {"aware_with_correction", "aware_without_correction"}),
 ]
 
 
@@ -132,6 +164,17 @@ def test_disagreeing_with_a_stance_is_not_a_correction(extractor, previous, answ
     assert "stance" in set().union(*structural(previous, answer, user))
     found = {c for c, _ in spans(extractor, previous, answer, user)}
     assert not found & {"aware_with_correction", "repeat_rephrase"}
+
+
+@pytest.mark.xfail(strict=True, reason="read as a complaint: 'scam' weighs as an insult, and `stance` is a feature, "
+                   "not a veto (as a veto of complaints it cost dev recall and raised no precision)")
+def test_hostility_about_the_topic_after_a_refusal_is_not_a_complaint(extractor):
+    """Hard case 7: insults or hostility that are not about the answer are not feedback."""
+    previous, answer, user = ("How do I sneak into a concert without a ticket?",
+                              "I'm not comfortable helping with that, it's trespassing.",
+                              "Ticket prices are a scam these days.")
+    assert "stance" in structural(previous, answer, user)[0]
+    assert spans(extractor, previous, answer, user) == []
 
 
 @pytest.mark.parametrize("previous,answer,user,categories", STANCE_NEIGHBOURS)
@@ -151,6 +194,10 @@ NEW_TOPICS = [
      "savings.", "How do index funds work?"),
     ("How do I bake sourdough bread?", "Feed your starter, mix flour, water and salt, let the dough rise "
      "overnight, then bake at 230 C.", "What temperature should a turkey roast at?"),
+    ("Which laptop is good for students?", "A MacBook Air or a Dell XPS 13 are both light and last all day.",
+     "What's a good backpack for college?"),
+    ("How do I clean a cast iron pan?", "Rinse it with hot water, scrub with salt, dry it and rub in a little oil.",
+     "Which knife brands do chefs recommend?"),
 ]
 # ... next to questions about the answer's own words and claims.
 NEW_TOPIC_NEIGHBOURS = [
@@ -162,6 +209,10 @@ NEW_TOPIC_NEIGHBOURS = [
      "savings.", "What is an automated transfer?"),
     ("What's a good beginner guitar?", "The Yamaha FG800 is affordable and well made.",
      "What makes the FG800 well made?"),
+    ("Which laptop is good for students?", "A MacBook Air or a Dell XPS 13 are both light and last all day.",
+     "What does XPS stand for?"),
+    ("How do I clean a cast iron pan?", "Rinse it with hot water, scrub with salt, dry it and rub in a little oil.",
+     "Why salt instead of soap?"),
 ]
 
 
