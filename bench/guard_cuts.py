@@ -265,7 +265,10 @@ def main() -> None:
     ANSWERS.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     summary = summarise(rows, cuts, args.everyday_stops)
     if args.read.is_file():
-        summary["hand_reading"] = join_reading(rows, read(args.read), cuts["request_cut"], summary["chosen_answer_cut"])
+        labels = read(args.read)
+        summary["hand_reading"] = {
+            "at_chosen": join_reading(rows, labels, cuts["request_cut"], summary["chosen_answer_cut"]),
+            "at_shipped": join_reading(rows, labels, cuts["request_cut"], cuts["shipped_answer_cut"])}
     summary = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, torch threads {args.threads}",
                **summary}
     (RESULTS / "guard-cuts.json").write_text(json.dumps(summary, indent=1) + "\n")
