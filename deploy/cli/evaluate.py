@@ -72,11 +72,12 @@ def _live_release_model(ctx: typer.Context, data_dir: Path | None) -> tuple[Path
     release, its files are gone, or a running service holds the database)."""
     from store import Store, StoreError
 
-    db_path = _data_dir(ctx, data_dir) / "advisor.duckdb" if data_dir else settings_of(ctx).db_path
-    if not db_path.exists():
+    settings = settings_of(ctx)  # the configured store (PostgreSQL included); --data-dir names a DuckDB file's home
+    target = _data_dir(ctx, data_dir) / "advisor.duckdb" if data_dir and not settings.store.url else settings.store_target
+    if isinstance(target, Path) and not target.exists():
         return None
     try:
-        with Store(db_path) as store:
+        with Store(target, **settings.store_options) as store:
             live = store.releases.live_release()
     except StoreError as exc:
         err.print(f"Cannot read the live release ({exc}); using the built-in model. Pass --model/--adapter to choose.")
