@@ -172,6 +172,8 @@ def main() -> None:
 
     model_dir = model_dir_for(args.model, args.data_dir)
     overrides = parse_set(args.set)
+    if args.model != "builtin":  # trained as the service trains it: a chat model is steered by instructions
+        overrides.setdefault("steering", "instruct")
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"model: {model_dir}; overrides: {overrides or 'none'}")
