@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: bench/store.py must not shadow the store package
 
 import numpy as np  # noqa: E402
 from _machine import cpu_model  # noqa: E402
@@ -41,6 +41,12 @@ from evaluator.text import words  # noqa: E402
 PROMPTS = Path(__file__).resolve().parent / "data" / "steering_prompts.jsonl"
 LEVELS = range(5)
 TARGETS = {"rho_verbosity_words": 0.6, "ratio_words_v4_v0": 2.0}
+
+
+def _policy() -> str:
+    from deploy.settings import GuardSettings
+
+    return GuardSettings().system_prompt
 
 
 def load_prompts(split: str, limit: int | None) -> list[dict]:
@@ -55,13 +61,15 @@ def settings() -> list[tuple[int, int]]:
 
 
 def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int, batch_size: int,
-             progress=print, backend=None) -> tuple[dict, dict, dict]:
+             progress=print, backend=None, policy: str = "") -> tuple[dict, dict, dict]:
     """answers[(v, c)] = list of answers; rendered[(v, c)] = the messages a question "…" is sent as;
     tokens[(v, c)] = each answer's length in tokens. The grid is the release gate's
     (`evaluator.steerability.answer_grid`); its (2, 2) cell, in both sweeps, is answered once.
-    With `backend` (a loaded TransformersBackend) that one is used, and left open, instead of loading `model`."""
+    With `backend` (a loaded TransformersBackend) that one is used, and left open, instead of loading `model`.
+    With `policy`, each question is sent under the serving guard's safety policy, as the chat sends it."""
     from chat.backends.base import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
+    from chat.guard import with_policy
     from chat.steering import render
     from evaluator.steerability import answer_grid
     from store.attributes import Attributes, SteeringMode
@@ -79,10 +87,10 @@ def generate(model: str, mode: str, questions: list[str], *, max_new_tokens: int
         key = (attrs.verbosity, attrs.complexity)
         if key in answers:
             return answers[key]
-        msgs, kwarg = render([{"role": "user", "content": "…"}], attrs, mode)
+        msgs, kwarg = render(with_policy([{"role": "user", "content": "…"}], policy), attrs, mode)
         rendered[key] = {"messages": msgs, "template_attributes": kwarg}
         t0 = time.monotonic()
-        out = answers[key] = backend.complete([[{"role": "user", "content": q}] for q in qs],
+        out = answers[key] = backend.complete([with_policy([{"role": "user", "content": q}], policy) for q in qs],
                                               attributes=attrs, steering=mode, params=params)
         tokens[key] = [len(backend.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in out]
         progress(f"  verbosity {key[0]} complexity {key[1]}: {np.mean([words(a) for a in out]):6.1f} words, "
@@ -178,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     # change the last bits of a sum, so compare runs made with the same one (it is in the JSON).
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--policy", action="store_true", help="send each question under the serving guard's safety policy")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result (answers included) here")
     args = ap.parse_args(argv)
 
@@ -190,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     t0 = time.monotonic()
     answers, rendered, tokens = generate(args.model, args.mode, questions, max_new_tokens=args.max_new_tokens,
-                                        batch_size=args.batch_size, progress=lambda m: print(m, file=sys.stderr))
+                                        batch_size=args.batch_size, progress=lambda m: print(m, file=sys.stderr),
+                                        policy=_policy() if args.policy else "")
     wall = time.monotonic() - t0
     words_v, grade_c = matrices(answers, len(questions))
     at_limit = sum(t >= args.max_new_tokens - 2 for ts in tokens.values() for t in ts)
     result = {
-        "model": args.model, "mode": args.mode, "split": args.split, "n_prompts": len(questions),
+        "model": args.model, "mode": args.mode, "policy": args.policy, "split": args.split, "n_prompts": len(questions),
         "prompt_ids": [p["id"] for p in prompts], "max_new_tokens": args.max_new_tokens,
         "bootstrap": {"samples": args.bootstrap, "seed": 0, "unit": "prompt"},
         "stats": analyse(words_v, grade_c, n_boot=args.bootstrap),

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: bench/store.py must not shadow the store package
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import emit  # noqa: E402
