@@ -144,7 +144,8 @@ class Guard:
     request_threshold: float = 0.5
     answer_threshold: float = 0.5
     refusal: str = "I'm sorry, but I can't help with that."
-    crisis: str = "I'm really sorry you're feeling this way. Please call or text 988 in the US, or your local emergency number."
+    crisis: str = ("I'm really sorry you're feeling this way. You don't have to face this alone: please call or text "
+                   "988 in the US, or your local emergency number, to talk with someone right now.")
 
     @property
     def version(self) -> str:
@@ -162,16 +163,17 @@ class Guard:
         except Exception as exc:
             raise GuardUnavailable(_UNAVAILABLE) from exc
 
-    def refuses(self, request: str, risk: float) -> bool:
-        """Whether `request` (judged `risk`) is answered by the guard without calling the model."""
-        return risk >= self.request_threshold or bool(CRISIS.search(request))
+    def answer_to(self, request: str, risk: float) -> tuple[str, dict] | None:
+        """The guard's own answer to `request` (judged `risk`) and its verdict record, or None when
+        the model answers: a risky request gets the refusal, a person in crisis the crisis reply."""
+        crisis = bool(CRISIS.search(request))
+        if not crisis and risk < self.request_threshold:
+            return None
+        text = self.crisis if crisis else self.refusal_for(request)
+        return text, self.verdict(REFUSED, risk, **({"crisis": True} if crisis else {}))
 
     def refusal_for(self, request: str) -> str:
-        return self.crisis if CRISIS.search(request) else refusal_text(self.refusal, request)
-
-    def refused(self, request: str, risk: float) -> dict:
-        """The verdict record of a request the guard answered (`crisis`: it speaks of self-harm)."""
-        return self.verdict(REFUSED, risk, **({"crisis": True} if CRISIS.search(request) else {}))
+        return refusal_text(self.refusal, request)
 
     def verdict(self, verdict: str, score: float | None, **extra: object) -> dict:
         """The `safety` record stored with an answer: verdict, the deciding score, the judge."""
@@ -226,8 +228,9 @@ def served_answers(guard: Guard, requests: Sequence[str],
     whole, greedily) is replaced by the refusal at its first prefix judged unsafe."""
     requests = list(requests)
     request_risks = [float(r) for r in guard.judge.request_risk(requests)] if requests else []
-    out = [(guard.refusal_for(q), guard.refused(q, r)) for q, r in zip(requests, request_risks)]
-    allowed = [i for i, (q, r) in enumerate(zip(requests, request_risks)) if not guard.refuses(q, r)]
+    own = [guard.answer_to(q, r) for q, r in zip(requests, request_risks)]
+    out: list[tuple[str, dict]] = [a if a is not None else ("", {}) for a in own]  # the model's are filled in below
+    allowed = [i for i, a in enumerate(own) if a is None]
     answers = answer([requests[i] for i in allowed]) if allowed else []
     judged = [(i, prefix) for i, text in zip(allowed, answers) for prefix in checkpoints(text)]
     risks = guard.judge.answer_risk([requests[i] for i, _ in judged], [p for _, p in judged]) if judged else []

@@ -142,9 +142,9 @@ class Turn:
                 return
             if guard is not None and self._request_risk is None:  # a regeneration: judged now
                 self._request_risk = guard.request_risk(question)
-            if guard is not None and guard.refuses(question, self._request_risk):
-                self._refusal = guard.refusal_for(question)
-                self.safety = guard.refused(question, self._request_risk)
+            own = guard.answer_to(question, self._request_risk) if guard is not None else None
+            if own is not None:
+                self._refusal, self.safety = own
                 yield self._refusal
                 return
             if self.generation is None:
@@ -295,7 +295,7 @@ def _submit(ctx: TurnContext, prior: list[Message], text: str, store_question: C
     try:
         if ctx.guard is not None:
             risk = ctx.guard.request_risk(text)
-        if risk is None or not ctx.guard.refuses(text, risk):  # a risky request never reaches the model
+        if risk is None or ctx.guard.answer_to(text, risk) is None:  # a risky request never reaches the model
             generation = _start_generation(ctx, history(prior) + [{"role": "user", "content": text}], attributes,
                                            params, arm[0])
     except Exception as exc:  # still store the question; the failure is logged as its answer

@@ -14,7 +14,7 @@ import time
 import pytest
 from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 from test_cycle import WIDE_OPEN
-from training_helpers import rated_answers
+from training_helpers import rated_answers, wait_until
 
 from deploy.loop.cycle import STEPS
 
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.slow
 
 SMALL_GATE = {"gate.hh_limit": 2, "gate.helpfulness_prompts": 2, "gate.harmlessness_prompts": 2,
               "gate.max_new_tokens": 8, "gate.steer_prompts": 2, "gate.steer_values": [0, 4], "gate.bootstrap": 200}
-
-
-def _wait(predicate, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, tiny_model_dir):
@@ -44,7 +34,7 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
     try:
         store = live.store
         # Nothing to learn from yet: the scheduled runs are recorded as skipped, with the reason.
-        skipped = _wait(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
+        skipped = wait_until(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
                                  if j.trigger == "schedule" and j.status == "skipped"], 60, "a skipped scheduled run")
         assert "waiting for 10" in skipped[0].result["reason"]
         summary = simulate(SimulationConfig(url=live.url, users=3, turns=4, preference=Preference(kind="short"),
@@ -57,7 +47,7 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
             return next((j for j in store.jobs.list_jobs(kind="cycle", limit=50)
                          if j.trigger == "schedule" and j.status in ("succeeded", "failed")), None)
 
-        job = _wait(finished_cycle, 900, "a scheduled cycle to finish", every=1.0)
+        job = wait_until(finished_cycle, 900, "a scheduled cycle to finish", every=1.0)
         seconds = time.monotonic() - started
         assert job.status == "succeeded", job.error
         result = job.result
@@ -70,7 +60,7 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
         times = {k: (s.finished_at - s.started_at).total_seconds() for k, s in steps.items()
                  if s.started_at and s.finished_at}
         # While the canary is judged, the schedule waits instead of training over it.
-        later = _wait(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
+        later = wait_until(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
                                if j.status == "skipped" and "canary" in (j.result or {}).get("reason", "")],
                       60, "a scheduled run skipped for the canary")
         assert canary.id in later[0].result["reason"]
@@ -88,11 +78,11 @@ def test_a_cycle_cancelled_during_training_leaves_no_release(tmp_path, tiny_mode
         with live.client(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
             job_id = admin.post("/api/admin/jobs/cycle/run",
                                 json={"params": {"overrides": {"max_steps": 300}}}).json()["job_id"]
-            train = _wait(lambda: next((s for s in store.jobs.child_jobs(job_id) if s.kind == "cycle.train"
+            train = wait_until(lambda: next((s for s in store.jobs.child_jobs(job_id) if s.kind == "cycle.train"
                                         and (s.result or {}).get("step")), None), 300, "training to be under way")
             r = admin.post(f"/api/admin/jobs/{job_id}/cancel")
             assert r.status_code == 202 and r.json()["cancelling"], r.text
-            job = _wait(lambda: (j := store.jobs.get_job(job_id)).status not in ("queued", "running") and j, 120,
+            job = wait_until(lambda: (j := store.jobs.get_job(job_id)).status not in ("queued", "running") and j, 120,
                         "the cycle to stop")
             assert admin.post(f"/api/admin/jobs/{job_id}/cancel").status_code == 409  # nothing left to cancel
         assert job.status == "cancelled" and "cancelled at train" in job.result["message"], job
