@@ -16,8 +16,7 @@ import time
 
 import pytest
 from service_helpers import start_service, tiny_settings
-from test_cycle_schedule import _wait
-from training_helpers import rated_answers
+from training_helpers import rated_answers, wait_until
 
 from deploy.loop.cycle import STEPS
 from deploy.release.gate import AXES, policy_for
@@ -50,7 +49,7 @@ def test_scheduled_cycle_under_the_default_gate_policy_decides_with_matching_rea
         assert summary.turns >= 12 and not summary.errors, summary.as_dict()
         rated_answers(store, 8)  # explicit likes and dislikes: both KTO classes and enough new feedback
         started = time.monotonic()
-        job = _wait(lambda: next((j for j in store.jobs.list_jobs(kind="cycle", limit=50) if j.trigger == "schedule"
+        job = wait_until(lambda: next((j for j in store.jobs.list_jobs(kind="cycle", limit=50) if j.trigger == "schedule"
                                   and j.status in ("succeeded", "failed")), None), 1500, "a scheduled cycle", every=1.0)
         seconds = time.monotonic() - started
         assert job.status == "succeeded", job.error
