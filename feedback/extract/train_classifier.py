@@ -35,6 +35,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -264,7 +265,7 @@ def train(gold: Path = REAL_GOLD, templated_gold: Path = SHIPPED_GOLD, out: Path
     model = fit(*data.fit_set(data.dev, best), C=best["C"], word_scale=best["word_scale"])
     model.none_bias, model.grow = best["none_bias"], best["grow"]
     model.meta = {
-        "version": f"lr-{date.today().isoformat()}",
+        "version": f"lr-{date.today().isoformat()}-{weights_digest(model)}",
         "trained_on": {"gold": gold.name,
                        "dev": {"conversations": len(dev), "sentences": len(data.dev), "weight": 1.0},
                        "train": {"conversations": len(extra), "sentences": len(data.train),
@@ -284,6 +285,13 @@ def train(gold: Path = REAL_GOLD, templated_gold: Path = SHIPPED_GOLD, out: Path
     }
     write(model, out)
     return model.meta
+
+
+def weights_digest(model: SentenceClassifier) -> str:
+    """8 hex digits of the fitted numbers: two fits on one day get different versions unless they
+    are the same model (stored spans name the version that found them)."""
+    payload = {k: v for k, v in model.to_json().items() if k in ("classes", "none_bias", "grow", "intercept", "weights")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def write(model: SentenceClassifier, out: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from feedback.extract import FastConfig, FastExtractor, Window, evaluate, load_gold, predict, windows_of
 from feedback.extract.classifier import MODEL_PATH, SentenceClassifier, grow_spans, softmax
 from feedback.extract.features import TurnContext, features, sentence_features
-from feedback.extract.train_classifier import REAL_GOLD, TARGETS, _labels, decode, examples, fit
+from feedback.extract.train_classifier import REAL_GOLD, TARGETS, _labels, decode, examples, fit, weights_digest
 from store.taxonomy import CATEGORY_IDS
 
 
@@ -106,3 +106,12 @@ def test_extractor_makes_the_spans_training_scored():
     expected = decode(items, _labels(scores, model.none_bias, items), softmax(scores), model.grow)
     assert _spans(predictions) == _spans(expected)
     assert sum(map(len, _spans(expected).values())) > 40
+
+
+def test_a_refit_gets_a_new_version_name_unless_its_numbers_are_the_same():
+    model = SentenceClassifier.load(MODEL_PATH)
+    before = weights_digest(model)
+    model.meta = {**model.meta, "version": "renamed", "test": {"anything": 1}}
+    assert weights_digest(model) == before  # the name and the records are not the model
+    model.intercept = model.intercept + 0.01
+    assert weights_digest(model) != before and len(before) == 8
