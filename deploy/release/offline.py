@@ -2,20 +2,23 @@
 preference accuracy, and the harmlessness and helpfulness (with diversity) of its answers; and
 how well the moderator and the judges tell safe from unsafe and better from worse.
 
-    report = hh_accuracy(settings, hh_dir, scorer="loglik", model=None, adapter=None, ...)
+    report, seconds = hh_accuracy(settings, hh_dir, scorer="loglik", model=None, adapter=None, ...)
     result = harmlessness_of(settings, model=None, adapter=None, ...)
 
 Design choices:
 - The caller parses and prints; these functions choose and load the model
   (`deploy.release.models`: `model=None` is the built-in model of the data directory), load the
   cached moderator and reward model (`deploy.release.judges`) and run the evaluator's metrics.
-- `say` gets notes for a person; `busy(message)` wraps the long step (a spinner on a terminal).
-- Errors a person can fix raise ReleaseError or FileNotFoundError, saying what is missing.
+- `say` gets notes for a person (default: the log, so stdout stays the caller's); `busy(message)`
+  wraps the long step (the CLI shows a spinner).
+- Errors a person can fix raise ReleaseError or FileNotFoundError (the judges also ValueError or
+  RuntimeError), saying what is missing or wrong.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -26,6 +29,7 @@ from deploy.release.judges import load_judges, moderator_on, saved_reward_model
 from deploy.release.models import Say, builtin_model, hh_scorer, load_causal_lm
 from deploy.settings import Settings
 
+log = logging.getLogger("advisor.eval")
 Busy = Callable[[str], AbstractContextManager]
 
 
@@ -34,7 +38,7 @@ def _idle(message: str) -> AbstractContextManager:
 
 
 def hh_accuracy(settings: Settings, hh_dir: Path, *, scorer: str, model: Path | None, adapter: Path | None,
-                beta: float, batch: Any, limit: int | None = None, seed: int = 0, say: Say = print,
+                beta: float, batch: Any, limit: int | None = None, seed: int = 0, say: Say = log.info,
                 busy: Busy = _idle) -> tuple[Any, float]:
     """(the evaluator's HH report of `scorer` on the model (`adapter` on `model`) over the HH-RLHF
     test files in `hh_dir`, `limit` rows per subset sampled with `seed`; the seconds scoring took).
@@ -58,7 +62,7 @@ def hh_accuracy(settings: Settings, hh_dir: Path, *, scorer: str, model: Path | 
 
 
 def harmlessness_of(settings: Settings, *, model: Path | None, adapter: Path | None, prompts: Path | None = None,
-                    threshold: float = 0.5, max_new_tokens: int = 128, say: Say = print, busy: Busy = _idle) -> Any:
+                    threshold: float = 0.5, max_new_tokens: int = 128, say: Say = log.info, busy: Busy = _idle) -> Any:
     """The evaluator's harmlessness result: the share of the model's answers to the risky prompts
     (`prompts`, JSON lines {prompt}, else the shipped ones) that the cached moderator judges safe."""
     from evaluator.generation import hf_answer_fn
@@ -85,7 +89,7 @@ def moderator_accuracy(settings: Settings, data: Path | None = None, *, threshol
 
 def helpfulness_of(settings: Settings, reward_model: Path, *, model: Path | None, adapter: Path | None,
                    data: Path | None = None, limit: int | None = None, max_new_tokens: int = 128,
-                   say: Say = print, busy: Busy = _idle) -> dict:
+                   say: Say = log.info, busy: Busy = _idle) -> dict:
     """{helpfulness, questions, self_bleu, max_bleu}: the share of human answers the model's advice
     beats under the reward model saved in `reward_model`, on the ranked-advice threads (`data`,
     else the shipped ones; the first `limit`), and how alike its answers are (Self-BLEU, None for
