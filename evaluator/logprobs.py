@@ -68,6 +68,21 @@ class BatchConfig:
     bf16: bool = False
     workers: int = 1
 
+    @classmethod
+    def for_this_machine(cls, *, bf16: bool | None = None, workers: int | None = None, **kwargs: Any) -> BatchConfig:
+        """A config whose unset `bf16` and `workers` suit this machine: bf16 autocast only where the
+        CPU computes bf16 natively (AVX512-BF16, AMX; never on a GPU), and one batch per CPU core
+        (at most 8) on a CPU, one stream of batches on a GPU (see `_map`)."""
+        import os
+
+        gpu = torch.cuda.is_available()
+        if bf16 is None:
+            checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+            bf16 = not gpu and any(getattr(torch.cpu, f, lambda: False)() for f in checks)
+        if workers is None:
+            workers = 1 if gpu else max(1, min(os.cpu_count() or 1, 8))
+        return cls(bf16=bf16, workers=workers, **kwargs)
+
     def __post_init__(self) -> None:
         if self.max_length < 2:
             raise ValueError(f"max_length must be at least 2 tokens, got {self.max_length}")

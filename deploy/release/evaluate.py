@@ -40,6 +40,7 @@ from deploy.release.answer_cache import AnswerCache
 from deploy.release.gate import Decision, decide
 from deploy.release.judges import guard_over, load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
+from deploy.release.models import load_causal_lm
 from deploy.release.registry import ReleaseError, register_candidate
 from store import Release, Store
 
@@ -107,18 +108,10 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
 
 
 def _load(base_model: str, candidate_adapter: str, live_adapter: str | None):
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if not Path(base_model).exists():
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model)
-    model = PeftModel.from_pretrained(model, candidate_adapter, adapter_name=CANDIDATE, is_trainable=False)
-    if live_adapter:
-        model.load_adapter(live_adapter, adapter_name=LIVE, is_trainable=False)
-    return model.eval(), tokenizer
+    return load_causal_lm(base_model, {CANDIDATE: candidate_adapter, LIVE: live_adapter})
 
 
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:

@@ -31,6 +31,15 @@ def load_moderator(cache_dir: str | Path, examples: list | None = None) -> Any:
     return train_moderator(examples if examples is not None else load_safety_examples(), cache_dir=Path(cache_dir))
 
 
+def moderator_on(data_dir: str | Path, data: str | Path | None = None) -> tuple[Any, list]:
+    """(the moderator cached under `data_dir`, the labelled examples it was trained on): those of
+    the JSON lines file `data` {text, label: safe|unsafe}, else the shipped set."""
+    from evaluator.moderation import load_safety_examples
+
+    examples = load_safety_examples(data) if data else load_safety_examples()
+    return load_moderator(moderator_dir(data_dir), examples), examples
+
+
 def load_reward_model(data_dir: str | Path, train_threads: list) -> Any:
     """The cached fallback Plackett–Luce reward model, trained on `train_threads` (and cached) on first use."""
     from evaluator.helpfulness import EmbeddingRewardModel, PLConfig, train_embedding_reward_model
@@ -43,12 +52,35 @@ def load_reward_model(data_dir: str | Path, train_threads: list) -> Any:
     return model
 
 
-def held_out_threads() -> tuple[list, list]:
-    """(train threads, held-out threads) of the shipped ranked-advice set, with the split
-    `advisor eval helpfulness train` uses by default, so the saved fallback reward model fits."""
+def held_out_threads(data: str | Path | None = None, test_size: float = 0.2, seed: int = 0) -> tuple[list, list]:
+    """(train threads, held-out threads) of the ranked-advice set: the shipped one unless `data`
+    names JSON lines {question, answers: [{text, votes}]}. The defaults are the split the saved
+    fallback reward model is trained on (`advisor eval helpfulness train`), so it fits."""
     from evaluator.helpfulness import load_threads, split_threads
 
-    return split_threads(load_threads(), 0.2, 0)
+    return split_threads(load_threads(data) if data else load_threads(), test_size, seed)
+
+
+def train_reward_model(train: list, held_out: list, out: str | Path, *, epochs: int = 60,
+                       list_size: int | None = None, seed: int = 0) -> tuple[Any, dict]:
+    """Train the Plackett–Luce reward model on `train` and save it in `out`: (its ranking report
+    on `held_out`, that report's figures with the training's)."""
+    from evaluator.helpfulness import PLConfig, ranking_report, train_embedding_reward_model
+
+    model, history = train_embedding_reward_model(train, config=PLConfig(epochs=epochs, list_size=list_size, seed=seed))
+    report = ranking_report(model, held_out)
+    model.save(Path(out))
+    return report, {**report.as_dict(), "train_threads": len(train), "final_loss": history.losses[-1],
+                    "saved": str(out)}
+
+
+def saved_reward_model(path: str | Path) -> Any:
+    """The reward model saved in `path` by `train_reward_model`."""
+    from evaluator.helpfulness import EmbeddingRewardModel
+
+    if not (Path(path) / EmbeddingRewardModel.META).is_file():
+        raise FileNotFoundError(f"no reward model at {path}; run `advisor eval helpfulness train` first")
+    return EmbeddingRewardModel.load(Path(path))
 
 
 def judge_model_dir(settings: Any) -> Path:

@@ -41,3 +41,22 @@ def test_eval_hh_explains_bad_arguments(tmp_path, tiny_model_dir):
     implicit = CliRunner().invoke(app, ["eval", "hh", "--model", str(tiny_model_dir), "--data", str(hh_dir(tmp_path)),
                                         "--scorer", "implicit"])
     assert implicit.exit_code == 2 and "--adapter" in implicit.output
+
+
+def test_eval_keeps_its_models_under_the_root_data_dir(tmp_path, tiny_model_dir):
+    """`helpfulness train` saves the reward model under the root `--data-dir`, and `helpfulness
+    score` finds it there and nowhere else."""
+    app, data = build_cli(), tmp_path / "data"
+    trained = CliRunner().invoke(app, ["--data-dir", str(data), "eval", "helpfulness", "train", "--epochs", "2",
+                                       "--json"])
+    assert trained.exit_code == 0, trained.output
+    saved = json.loads(trained.stdout.strip().splitlines()[-1])["saved"]
+    assert saved == str(data.resolve() / "models" / "pl-reward")
+    score = ["eval", "helpfulness", "score", "--model", str(tiny_model_dir), "--limit", "2", "--max-new-tokens", "4",
+             "--threads", "1", "--json"]
+    scored = CliRunner().invoke(app, ["--data-dir", str(data), *score])
+    assert scored.exit_code == 0, scored.output
+    out = json.loads(scored.stdout.strip().splitlines()[-1])
+    assert out["questions"] == 2 and 0.0 <= out["helpfulness"] <= 1.0
+    elsewhere = CliRunner().invoke(app, ["--data-dir", str(tmp_path / "other"), *score])
+    assert elsewhere.exit_code == 2 and "no reward model at" in elsewhere.output
