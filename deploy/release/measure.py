@@ -88,9 +88,10 @@ def use(model: Any, side: Side):
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
-               cache: Any = None):
-    """Greedy answers to questions rendered as a chat turn renders them: the safety `policy` first
-    in the system message, then the steering (`chat.turns`); through `cache` when given."""
+               cache: Any = None, sampled: bool = False, batch_size: int = 8):
+    """Answers to questions rendered as a chat turn renders them: the safety `policy` first in the
+    system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
+    `gate.max_new_tokens` long for the gate; `sampled` draws them as the service does (`backend.*`)."""
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
@@ -104,12 +105,22 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
 
     steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
     kwargs = {"attributes": steerlm} if steerlm is not None else None
-    generation = {"max_new_tokens": settings.gate.max_new_tokens, "decoding": "greedy"}
-    answer = hf_answer_fn(model, tokenizer, max_new_tokens=settings.gate.max_new_tokens, template_kwargs=kwargs,
-                          to_messages=to_messages)  # greedy
+    b = settings.backend
+    tokens = b.max_new_tokens if sampled else settings.gate.max_new_tokens
+    sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
+    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy"}
+    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size, template_kwargs=kwargs,
+                          to_messages=to_messages, sampling=sampling)
     if cache is None:
         return answer
     return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
+
+
+def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, batch_size: int = 16):
+    """`answer(questions) -> answers` as the service draws them at the default sliders: under
+    `policy` (the guard's system prompt, or "" for the model alone), sampled, `backend.max_new_tokens`
+    long. The caller seeds torch for reproducible draws."""
+    return _answer_fn(model, tokenizer, settings, policy=policy, sampled=True, batch_size=batch_size)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:

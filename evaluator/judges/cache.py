@@ -75,6 +75,10 @@ def _save(out: Path, cols: dict[str, list], fingerprint: str) -> None:
 
 
 def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
+    """Features of every labelled row; rows already in `out` with the same id and text are kept
+    (the labels are always read afresh from the set)."""
+    import hashlib
+
     import torch
 
     from evaluator.judges.safety import load_safety_set
@@ -82,12 +86,28 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
     if threads:
         torch.set_num_threads(threads)
     items = load_safety_set()
+    text_key = [hashlib.sha256(f"{it.request}\0{it.answer}".encode()).hexdigest()[:16] for it in items]
+    have = _load(out)
+    if have and str(have["encoder"]) != model_fingerprint(model_dir):
+        have = {}  # another encoder's features: all again
+    index = {(str(i), str(t)): n for n, (i, t) in enumerate(zip(have.get("id", []), have.get("text_key", [])))}
+    rows = [index.get((it.id, key)) for it, key in zip(items, text_key)]
+    todo = [n for n, row in enumerate(rows) if row is None]
+    print(f"{len(items)} safety items, {len(items) - len(todo)} cached, {len(todo)} to encode", flush=True)
     feat = Featurizer(model_dir, FeatureConfig())
-    conversations = [[{"role": "user", "content": it.request}] for it in items]
-    answers = feat.encode(conversations, [it.answer for it in items])
-    requests = feat.encode(conversations, [""] * len(items))
+    answers, requests = np.zeros((len(items), feat.dim), np.float32), np.zeros((len(items), feat.dim), np.float32)
+    for n, row in enumerate(rows):
+        if row is not None:
+            answers[n], requests[n] = have["answers"][row], have["requests"][row]
+    for start in range(0, len(todo), 32):
+        part = todo[start:start + 32]
+        conversations = [[{"role": "user", "content": items[n].request}] for n in part]
+        answers[part] = feat.encode(conversations, [items[n].answer for n in part])
+        requests[part] = feat.encode(conversations, [""] * len(part))
+        print(f"encoded {start + len(part)}/{len(todo)}", flush=True)
     np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers, requests=requests,
-             id=np.asarray([it.id for it in items]), split=np.asarray([it.split for it in items]),
+             id=np.asarray([it.id for it in items]), text_key=np.asarray(text_key),
+             split=np.asarray([it.split for it in items]),
              request_key=np.asarray([f"{it.subset}:{it.row}" for it in items]),
              kind=np.asarray([it.kind for it in items]), model=np.asarray([it.model for it in items]),
              answer_unsafe=np.asarray([it.answer_unsafe for it in items]),

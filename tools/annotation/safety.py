@@ -4,9 +4,12 @@ agreement of the blind second annotation (Cohen's kappa per label).
     python tools/annotation/safety.py UNLABELLED.jsonl
 
 Records (`records/safety/`): `safety_labels_{1,2,3}.jsonl`, three annotators' labels of 200 rows
-each (every row of the set once), and `safety_labels_kappa.jsonl`, a fourth annotator's blind labels
-of 100 rows drawn with a fixed seed. All worked from `docs/safety_conventions.md` alone, seeing the
-request and the answer but not which model wrote it.
+each (the first 600 rows once), and `safety_labels_kappa.jsonl`, a fourth annotator's blind labels
+of 100 of them drawn with a fixed seed. The served rows (s0600 on): `safety_labels_{4,5,6}.jsonl`
+and `safety_labels_kappa_served.jsonl` (100 of them, blind). All worked from
+`docs/safety_conventions.md` alone, seeing the request and the answer but not which model wrote it.
+
+    python tools/annotation/safety.py UNLABELLED.jsonl [SERVED_UNLABELLED.jsonl]
 """
 import json
 import sys
@@ -29,22 +32,23 @@ def kappa(a, b):
     return (po - pe) / (1 - pe) if pe < 1 else 1.0, po
 
 
-def main(unlabelled):
+def main(*unlabelled):
     first = {}
-    for i in (1, 2, 3):
-        first.update(read(RECORDS / f"safety_labels_{i}.jsonl"))
-    rows = [json.loads(line) for line in open(unlabelled) if line.strip()]
+    for path in sorted(RECORDS.glob("safety_labels_[0-9].jsonl")):
+        first.update(read(path))
+    rows = [json.loads(line) for path in unlabelled for line in open(path) if line.strip()]
     missing = [r["id"] for r in rows if r["id"] not in first]
     if missing:
         sys.exit(f"unlabelled rows: {missing[:10]}")
     with open(ROOT / "evaluator" / "data" / "safety_set.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps({**r, **{k: bool(first[r["id"]][k]) for k in LABELS}}, ensure_ascii=False) + "\n")
-    second = read(RECORDS / "safety_labels_kappa.jsonl")
-    for key in LABELS:
-        k, po = kappa([bool(first[i][key]) for i in second], [bool(second[i][key]) for i in second])
-        print(f"{key}: kappa {k:.3f}, agreement {po:.2f} over {len(second)} rows")
+    for path in sorted(RECORDS.glob("safety_labels_kappa*.jsonl")):
+        second = read(path)
+        for key in LABELS:
+            k, po = kappa([bool(first[i][key]) for i in second], [bool(second[i][key]) for i in second])
+            print(f"{path.name} {key}: kappa {k:.3f}, agreement {po:.2f} over {len(second)} rows")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -13,6 +13,14 @@ renders a question at the default sliders, no system prompt) and by the built-in
 request gives two (request, answer) rows. Rows are written unlabelled (`"answer_unsafe": null`);
 annotators fill `request_harmful` and `answer_unsafe` by the conventions in
 `docs/safety_conventions.md` (`tools/annotation/safety.py` merges their files).
+
+    python -m tools.data.make_safety_set --served --data-dir .cache/test   # then label, then merge
+
+Served answers (`SERVED`), added once the guard served SmolLM2 under its safety policy: each of
+the set's requests answered as the service draws an answer (policy, sampled, up to 400 tokens:
+`deploy.release.measure.served_answer_fn`), ids s0600-s0899; and the 160 served answers of
+`bench/guard_cuts.py`'s dev part (judges' train and dev rows, none of the set's requests), ids
+s0900-s1059. They are written unlabelled to `--out` for annotators, like the first 600.
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ from pathlib import Path
 from chat.builtin import builtin_model_path
 from evaluator.hh_data import RESERVED_BELOW, find_subset_file
 from evaluator.judges.data import gate_rows, split_of
+from evaluator.judges.safety import SERVED
 from evaluator.shipped import DATA_DIR, write_jsonl
 from tools.data.make_advice_prompts import first_turn, prompt_key
 
 RISKY, EVERYDAY = 150, 150
 SEED = 20261204
+DRAW_SEED = 20261206  # torch seed of a served draw, plus the batch's first row
 MAX_NEW_TOKENS = 128
 OUT = DATA_DIR / "safety_set.jsonl"
 
@@ -72,15 +82,83 @@ def answer(model_dir: Path, mode: str, questions: list[str], max_new_tokens: int
     return fn(questions)
 
 
+def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16) -> None:
+    """Answers as served ("served": under the guard's policy; "alone": no policy) to `todo`'s requests,
+    appended to `out` per batch with the batch's seconds; each batch seeded by its first row."""
+    import json as _json
+    import time
+
+    if not todo:
+        return
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from chat.pretrained import pretrained_model_path
+    from deploy.release.measure import served_answer_fn
+    from deploy.settings import Settings
+
+    settings = Settings(data_dir=str(data_dir))
+    model_dir = pretrained_model_path(data_dir)
+    tok, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
+    policy = settings.guard.system_prompt if side == "served" else ""
+    answer = served_answer_fn(model, tok, settings, policy=policy, batch_size=batch)
+    for start in range(0, len(todo), batch):
+        chunk = todo[start:start + batch]
+        torch.manual_seed(DRAW_SEED + chunk[0]["row"])
+        t0 = time.perf_counter()
+        answers = answer([r["request"] for r in chunk])
+        seconds = round(time.perf_counter() - t0, 1)
+        with out.open("a", encoding="utf-8") as f:
+            for r, a in zip(chunk, answers):
+                f.write(_json.dumps({**r, "side": side, "answer": a, "batch_seconds": seconds}) + "\n")
+        print(f"{side} {start + len(chunk)}/{len(todo)} {seconds}s", flush=True)
+
+
+def served_rows(data_dir: Path, bench_answers: Path, work: Path) -> list[dict]:
+    """The set's requests answered as served (drawn into `work`, resumable), then the bench's dev
+    answers; unlabelled rows with ids from s0600."""
+    from evaluator.shipped import read_jsonl
+
+    by_kind: dict[str, list[dict]] = {"risky": [], "everyday": []}
+    seen = set()
+    for r in sorted(read_jsonl(OUT), key=lambda r: r["id"]):
+        if r["model"] != SERVED and (r["subset"], r["row"]) not in seen:
+            seen.add((r["subset"], r["row"]))
+            by_kind[r["kind"]].append({k: r[k] for k in ("kind", "subset", "row", "request")})
+    todo = [r for start in range(0, EVERYDAY, 16) for kind in ("risky", "everyday") for r in by_kind[kind][start:start + 16]]
+    done = {(r["subset"], r["row"]) for r in read_jsonl(work)} if work.is_file() else set()
+    draw([r for r in todo if (r["subset"], r["row"]) not in done], "served", data_dir, work)
+    drawn = list(read_jsonl(work))
+    drawn = [drawn[j] for j in random.Random(SEED + 2).sample(range(len(drawn)), len(drawn))]
+    dev = [r for r in read_jsonl(bench_answers) if r["part"] == "dev" and r["side"] == "served"]
+    random.Random(SEED).shuffle(dev)
+    keys = ("kind", "subset", "row", "request")
+    return [{"id": f"s{600 + i:04d}", **{k: r[k] for k in keys}, "model": SERVED, "answer": r["answer"].strip(),
+             "request_harmful": None, "answer_unsafe": None} for i, r in enumerate(drawn + dev)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hh", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared/data/hh-rlhf")
-    ap.add_argument("--models-dir", type=Path, required=True)
+    ap.add_argument("--models-dir", type=Path, help="the first 600 rows: holds smollm2-135m-instruct")
+    ap.add_argument("--served", action="store_true", help="the served rows (s0600 on) instead of the first 600")
+    ap.add_argument("--data-dir", type=Path, default=Path(".cache/test"), help="--served: the service's data dir")
+    ap.add_argument("--bench-answers", type=Path, default=Path("bench/results/guard-cuts-answers.jsonl"))
+    ap.add_argument("--work", type=Path, default=Path(".cache/judges/safety_served_draws.jsonl"),
+                    help="--served: the draws so far (a stopped run resumes)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 beside another model job)")
     args = ap.parse_args()
     if args.threads:
         __import__("torch").set_num_threads(args.threads)
+    if args.served:
+        rows = served_rows(args.data_dir, args.bench_answers, args.work)
+        out = args.out if args.out != OUT else Path("safety_served_unlabelled.jsonl")
+        write_jsonl(rows, out)
+        print(f"wrote {len(rows)} unlabelled served rows to {out}")
+        return
+    if args.models_dir is None:
+        ap.error("--models-dir is needed for the first 600 rows (or pass --served)")
     reqs = [{**r, "kind": "risky"} for r in requests(args.hh, "harmless-base", RISKY)]
     reqs += [{**r, "kind": "everyday"} for r in requests(args.hh, "helpful-base", EVERYDAY)]
     questions = [r["request"] for r in reqs]
