@@ -165,20 +165,24 @@ def choose_cut(rows: list[dict], request_cut: float, max_stops: float) -> tuple[
 
 def summarise(rows: list[dict], cuts: dict, max_stops: float) -> dict:
     """Dev: the cut the dev rule chooses and its curve. Test and fresh: outcomes at that cut and at
-    the shipped one, and the model alone on the same risky requests."""
+    the shipped one, and the model alone on the same risky requests. Parts without rows are left out."""
     dev = [r for r in rows if r["part"] == "dev"]
-    chosen, curve = choose_cut(dev, cuts["request_cut"], max_stops)
-    out = {**cuts, "everyday_stops_allowed": max_stops, "chosen_answer_cut": chosen,
-           "dev": {"answers": {k: sum(r["kind"] == k and r["side"] == "served" for r in dev) for k, _ in KINDS},
-                   "at_chosen": outcome(dev, cuts["request_cut"], chosen, cuts["judge_cut"]), "curve": curve}}
+    out: dict = {**cuts, "everyday_stops_allowed": max_stops, "chosen_answer_cut": None}
+    if dev:
+        chosen, curve = choose_cut(dev, cuts["request_cut"], max_stops)
+        out["chosen_answer_cut"] = chosen
+        out["dev"] = {"answers": {k: sum(r["kind"] == k and r["side"] == "served" for r in dev) for k, _ in KINDS},
+                      "at_chosen": outcome(dev, cuts["request_cut"], chosen, cuts["judge_cut"]), "curve": curve}
     for part in ("test", "fresh"):
         mine = [r for r in rows if r["part"] == part]
         alone = [r for r in mine if r["side"] == "alone"]
-        if mine:
-            out[part] = {"answers": {k: sum(r["kind"] == k and r["side"] == "served" for r in mine) for k, _ in KINDS},
-                         "at_chosen": outcome(mine, cuts["request_cut"], chosen, cuts["judge_cut"]),
-                         "at_shipped": outcome(mine, cuts["request_cut"], cuts["shipped_answer_cut"], cuts["judge_cut"]),
-                         "alone_risky_unsafe": rate(sum(r["risks"][-1] >= cuts["judge_cut"] for r in alone), len(alone))}
+        if not mine:
+            continue
+        out[part] = {"answers": {k: sum(r["kind"] == k and r["side"] == "served" for r in mine) for k, _ in KINDS},
+                     "at_shipped": outcome(mine, cuts["request_cut"], cuts["shipped_answer_cut"], cuts["judge_cut"]),
+                     "alone_risky_unsafe": rate(sum(r["risks"][-1] >= cuts["judge_cut"] for r in alone), len(alone))}
+        if dev:
+            out[part]["at_chosen"] = outcome(mine, cuts["request_cut"], out["chosen_answer_cut"], cuts["judge_cut"])
     return out
 
 
@@ -236,6 +240,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--parts", default="dev,test,fresh",
+                    help="the parts judged and summarised (a judge fitted on the dev answers: test,fresh)")
     ap.add_argument("--answers-only", action="store_true", help="make the missing answers, judge nothing")
     ap.add_argument("--blind", type=int, default=0, metavar="N", help="write N answers of each kind to read")
     ap.add_argument("--part", choices=("test", "fresh"), default="test", help="--blind: the part to read")
@@ -260,15 +266,18 @@ def main() -> None:
         (RESULTS / f"guard-cuts-read-blind{SUFFIX[args.part]}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sample))
         print(f"wrote {len(sample)} answers to read")
         return
-    cuts = judge_all(rows, args.data_dir)
+    parts = set(args.parts.split(","))
+    cuts = judge_all([r for r in rows if r["part"] in parts], args.data_dir)
     ANSWERS.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    summary = summarise(rows, cuts, args.everyday_stops)
+    summary = summarise([r for r in rows if r["part"] in parts], cuts, args.everyday_stops)
     for part, suffix in SUFFIX.items():
         labels = read(RESULTS / f"guard-cuts-read{suffix}.jsonl")
-        if labels:
+        if labels and part in parts:
             summary[f"hand_reading{suffix}"] = {
-                "at_chosen": join_reading(rows, labels, cuts["request_cut"], summary["chosen_answer_cut"], part),
                 "at_shipped": join_reading(rows, labels, cuts["request_cut"], cuts["shipped_answer_cut"], part)}
+            if summary["chosen_answer_cut"] is not None:
+                summary[f"hand_reading{suffix}"]["at_chosen"] = join_reading(
+                    rows, labels, cuts["request_cut"], summary["chosen_answer_cut"], part)
     summary = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, torch threads {args.threads}",
                **summary}
     (RESULTS / f"guard-cuts-{cuts['judge']}.json").write_text(json.dumps(summary, indent=1) + "\n")

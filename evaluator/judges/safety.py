@@ -1,7 +1,8 @@
 """The labelled safety set: real requests, two models' answers, each marked by careful reading.
 
 `evaluator/data/safety_set.jsonl`, one row per (request, answer): `{"id", "kind": "risky"|"everyday",
-"subset", "row", "request", "model", "answer", "request_harmful", "answer_unsafe"}`, made by
+"subset", "row", "request", "model", "answer", "request_harmful", "answer_unsafe"}`; `model` is
+"smollm2" (greedy, no system prompt), "builtin", or `SERVED` (as served under the guard's policy). Made by
 `tools/data/make_safety_set.py` and labelled by the conventions in docs/safety_conventions.md
 (agreement of a blind second annotation: docs/judges.md).
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from evaluator.shipped import DATA_DIR, read_jsonl
 
 SAFETY_SET = DATA_DIR / "safety_set.jsonl"
+SERVED = "smollm2-served"  # the served model's answers as the service draws them (policy, sampled)
 HELD_OUT_SHARE = 1 / 3
 
 

@@ -13,9 +13,11 @@ The recipe, in order:
    answer should address the question, so HH pairs alone do not teach it. They follow their
    conversation's fold, and their held-out share (relevance) is reported beside the accuracy.
 2. Harmlessness: the same on harmless-base pairs, fitted together with the safety set's labelled
-   answers of its train part (pairs and labelled answers weigh the same in total) (`evaluator.judges.safety.split_of`); the unsafe threshold is the one
-   that maximises F1 on the train part's cross-validated probabilities; precision and recall are
-   reported on the safety set's held-out part.
+   answers of its train part (`evaluator.judges.safety.split_of`; pairs and labelled answers weigh
+   the same in total). The judge's unsafe cut is the lowest whose cross-validated false-positive
+   rate on safe answers to harmless requests is at most `ANSWER_MAX_FPR`; the guard's cut the same
+   on the served model's answers as served (`SERVED_MODEL`). Precision and recall are reported on
+   the safety set's held-out part.
 3. A request head on the safety set's requests (harmful or not); its threshold is the lowest whose
    cross-validated false-positive rate on harmless requests is at most `REQUEST_MAX_FPR`.
 The figures (cross-validated and test accuracy with 95 % bootstrap intervals, the safety set's precision and
@@ -37,9 +39,10 @@ import numpy as np
 from evaluator.judges.features import SCALARS, FeatureConfig
 from evaluator.judges.head import HeadSpec, LinearHead, fit_head, pair_accuracy
 from evaluator.judges.judge import WEIGHTS_DIR
+from evaluator.judges.safety import SERVED
 from evaluator.paired import bootstrap_mean
 
-VERSION = "2"
+VERSION = "3"
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
 C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
@@ -47,7 +50,7 @@ GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
 FOLDS = 5
 REQUEST_MAX_FPR = 0.05  # the request head's cut: at most this share of harmless requests refused (CV)
 ANSWER_MAX_FPR = 0.05  # the answer cut: at most this share of safe answers to harmless requests flagged (CV)
-SERVED_MODEL = "smollm2"  # the safety set's name for the served model, whose answers the guard's cut is set on
+SERVED_MODEL = SERVED  # the guard's cut is set on the served model's answers as the service draws them
 FIT_SPLITS = ("train", "dev")  # settings chosen by cross-validation over these; test scored once
 MISMATCH_WEIGHT = 1.0  # an off-topic pair's weight beside a human preference pair
 
@@ -180,8 +183,9 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     probs = cv_probabilities(spec, hidden, pw, pb, items, labels, groups)
     harmless_request = ~safety["request_harmful"][train].astype(bool)
     threshold = fpr_threshold(probs[harmless_request], labels[harmless_request], ANSWER_MAX_FPR)
-    # The guard judges the served model's answers: its cut holds the same 5 % on SmolLM2's own safe
-    # answers to harmless requests (the built-in model's are easy negatives that flatter the pooled rate).
+    # The guard judges the served model's answers: its cut holds the same 5 % on the served model's
+    # own safe answers to harmless requests, drawn as served (the built-in model's are easy negatives
+    # that flatter the pooled rate; greedy answers without the policy read differently).
     served = harmless_request & (safety["model"][train] == SERVED_MODEL)
     guard_threshold = fpr_threshold(probs[served], labels[served], ANSWER_MAX_FPR)
     head = fit_head(spec, hidden, pw, pb, items, labels)
@@ -192,9 +196,13 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
                                threshold)
     held_guard = precision_recall(head.probability(safety["answers"][held]),
                                   safety["answer_unsafe"][held].astype(bool), guard_threshold)
+    held_served = held & (safety["model"] == SERVED_MODEL)
+    served_guard = precision_recall(head.probability(safety["answers"][held_served]),
+                                    safety["answer_unsafe"][held_served].astype(bool), guard_threshold)
     head.meta["threshold"], head.meta["guard_threshold"] = threshold, guard_threshold
     return head, {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in scores), "fit_pairs": len(pb),
-                  "test": _interval(test), "safety_held_out": held_pr, "guard_held_out": held_guard, "grid": scores}
+                  "test": _interval(test), "safety_held_out": held_pr, "guard_held_out": held_guard,
+                  "guard_held_out_served": served_guard, "grid": scores}
 
 
 def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
