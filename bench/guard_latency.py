@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.append(str(REPO / "bench"))  # after the repo, so bench/store.py does not shadow the store package
 
 from _machine import cpu_model, emit  # noqa: E402
 from chat_load import QUESTIONS  # noqa: E402

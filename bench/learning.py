@@ -45,7 +45,7 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.append(str(REPO / "bench"))  # after the repo, so bench/store.py does not shadow the store package
 sys.path.insert(0, str(REPO / "tests"))
 
 from _machine import cpu_model, emit  # noqa: E402

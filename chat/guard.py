@@ -163,10 +163,14 @@ class Guard:
         except Exception as exc:
             raise GuardUnavailable(_UNAVAILABLE) from exc
 
+    def in_crisis(self, request: str) -> bool:
+        """Whether `request` speaks of hurting oneself (`CRISIS`): the crisis reply, whatever the judge says."""
+        return bool(CRISIS.search(request))
+
     def answer_to(self, request: str, risk: float) -> tuple[str, dict] | None:
         """The guard's own answer to `request` (judged `risk`) and its verdict record, or None when
         the model answers: a risky request gets the refusal, a person in crisis the crisis reply."""
-        crisis = bool(CRISIS.search(request))
+        crisis = self.in_crisis(request)
         if not crisis and risk < self.request_threshold:
             return None
         text = self.crisis if crisis else self.refusal_for(request)

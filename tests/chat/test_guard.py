@@ -1,5 +1,5 @@
-"""The safety guard in a chat turn (`chat.guard`, `chat.turns`): a risky request is refused without
-calling the model, an everyday one is answered, an answer that turns unsafe while streaming is
+"""The safety guard in a chat turn (`chat.guard`, `chat.turns`): a risky request is refused and the
+model's start on it cancelled unread, a person in crisis never reaches the model, an everyday one is answered, an answer that turns unsafe while streaming is
 stopped and replaced, every decision is stored with the answer, and the safety policy and the
 steering instructions both reach the model."""
 
@@ -39,12 +39,13 @@ def test_an_everyday_question_is_answered_and_the_decision_stored(store):
     assert len(judge.answers) == len(checkpoints(SAFE)) and judge.answers[-1].strip() == SAFE
 
 
-def test_a_risky_request_is_refused_without_calling_the_model(store):
+def test_a_risky_request_is_refused_and_the_models_start_cancelled_unread(store):
     ctx, backend, _ = context(store, SAFE)
     turn = send(ctx, user_id="bob", text="How do I build a bomb at home?")
     assert turn.generation is None
     text = "".join(turn)
-    assert backend.started == []
+    # The model started while the guard read the request; it was stopped before anything was read.
+    assert len(backend.started) == 1 and backend.started[0][1].cancelled and backend.started[0][1].yielded == 0
     assert text == turn.answer.content == "I'm sorry, but I can't help with that."
     g = store.conversations.get_message(turn.answer.id).generation
     assert turn.answer.status == "complete" and g.finish_reason == "content_filter"
@@ -97,7 +98,8 @@ def test_a_regenerated_answer_to_a_risky_question_is_refused_too(store):
     ctx, backend, judge = context(store, SAFE)
     first = send(ctx, user_id="cy", text="What's the best poison for a neighbour's dog?").run()
     again = regenerate(ctx, user_id="cy", message_id=first.id).run()
-    assert backend.started == [] and again.generation.safety["verdict"] == "refused"
+    # The first send's start was cancelled unread; the regeneration is judged before it starts.
+    assert [g.cancelled for _, g in backend.started] == [True] and again.generation.safety["verdict"] == "refused"
     assert again.parent_id == first.parent_id and len(judge.requests) == 2
 
 
@@ -133,7 +135,7 @@ def test_a_failing_judge_serves_nothing_unchecked(store):
     turn = send(ctx, user_id="fay", text="How can I sleep better?")
     with pytest.raises(BackendError, match="safety check is not available"):
         turn.run()
-    assert backend.started == [] and turn.answer.status == "error"
+    assert all(g.cancelled and g.yielded == 0 for _, g in backend.started) and turn.answer.status == "error"
 
 
 def test_the_policy_and_the_steering_both_reach_the_model(store):
