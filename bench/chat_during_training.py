@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 sys.path.append(str(REPO / "bench"))
 
 from _machine import cpu_model, emit  # noqa: E402
-from guard_latency import EVERYDAY, median_ci, timed_turn  # noqa: E402
+from guard_latency import EVERYDAY, median_ci, served_path, timed_turn  # noqa: E402
 
 
 def ratio_unpaired(a: list[float], b: list[float], n_boot: int = 2000, seed: int = 0) -> dict:
@@ -83,24 +83,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "chat-during-training.json")
     args = ap.parse_args()
 
-    import torch
-
-    torch.set_num_threads(args.threads)
     from chat.backends.base import SamplingParams
-    from deploy.serving.factory import make_backend, turn_context
-    from deploy.serving.guard import make_guard, warm_up
-    from deploy.settings import Settings
-    from store import Store
+    from deploy.serving.factory import turn_context
 
-    settings = Settings(data_dir=str(args.data_dir))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
-        guard = make_guard(settings)
-        warm_up(guard)
-        ctx = turn_context(settings, store, make_backend(settings), source="cli", guard=guard)
+    with served_path(args.data_dir, args.threads) as (settings, store, backend, guard):
+        ctx = turn_context(settings, store, backend, source="cli", guard=guard)
         timed_turn(ctx, "warmup", "Hello?", SamplingParams(max_new_tokens=4, temperature=0.0))
         before = turns(ctx, args.turns, "idle-before", params)
-        log, train_out = Path(tmp) / "train.log", Path(tmp) / "train.json"
+        tmp = Path(tempfile.mkdtemp(prefix="chat-during-training-"))
+        log, train_out = tmp / "train.log", tmp / "train.json"
         proc = start_training(args.data_dir, args.steps, train_out, log)
         wait_until_training(log, proc)
         during = turns(ctx, args.turns, "during", params, alive=lambda: proc.poll() is None)

@@ -19,6 +19,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import sys
 import tempfile
@@ -95,6 +96,25 @@ def measure(ctxs: dict, users: int, rounds: int, params) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def served_path(data_dir: Path, threads: int):
+    """(settings, store, backend, guard) of the served turn path: the data dir's settings and model,
+    the guard warmed up, a throwaway store; torch at `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from deploy.serving.factory import make_backend
+    from deploy.serving.guard import make_guard, warm_up
+    from deploy.settings import Settings
+    from store import Store
+
+    settings = Settings(data_dir=str(data_dir))
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
+        guard = make_guard(settings)
+        warm_up(guard)
+        yield settings, store, make_backend(settings), guard
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / ".cache" / "test")
@@ -105,21 +125,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "guard-latency.json")
     args = ap.parse_args()
 
-    import torch
-
-    torch.set_num_threads(args.threads)
     from chat.backends.base import SamplingParams
-    from deploy.serving.factory import make_backend, turn_context
-    from deploy.serving.guard import make_guard, warm_up
-    from deploy.settings import Settings
-    from store import Store
+    from deploy.serving.factory import turn_context
 
-    settings = Settings(data_dir=str(args.data_dir))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
-        backend = make_backend(settings)
-        guard = make_guard(settings)
-        warm_up(guard)
+    with served_path(args.data_dir, args.threads) as (settings, store, backend, guard):
         ctxs = {"on": turn_context(settings, store, backend, source="cli", guard=guard),
                 "off": turn_context(settings, store, backend, source="cli", guard=None)}
         timed_turn(ctxs["on"], "warmup", "Hello?", SamplingParams(max_new_tokens=4, temperature=0.0))

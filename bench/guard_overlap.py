@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ sys.path.append(str(REPO / "bench"))
 
 from _machine import cpu_model, emit  # noqa: E402
 from chat_load import QUESTIONS  # noqa: E402
-from guard_latency import median_ci, ratio_ci  # noqa: E402
+from guard_latency import median_ci, ratio_ci, served_path  # noqa: E402
 
 WAYS = ("off", "before", "beside")
 
@@ -59,22 +58,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "guard-overlap.json")
     args = ap.parse_args()
 
-    import torch
-
-    torch.set_num_threads(args.threads)
     from chat.backends.base import SamplingParams
-    from deploy.serving.factory import make_backend, turn_context
-    from deploy.serving.guard import make_guard, warm_up
-    from deploy.settings import Settings
-    from store import Store
+    from deploy.serving.factory import turn_context
 
-    settings = Settings(data_dir=str(args.data_dir))
     params = SamplingParams(max_new_tokens=8, temperature=0.0)
     got: dict[str, list[float]] = {w: [] for w in WAYS}
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
-        guard = make_guard(settings)
-        warm_up(guard)
-        ctx = turn_context(settings, store, make_backend(settings), source="cli", guard=guard)
+    with served_path(args.data_dir, args.threads) as (settings, store, backend, guard):
+        ctx = turn_context(settings, store, backend, source="cli", guard=guard)
         first_token(ctx, guard, "off", "Hello?", params)
         for r in range(args.rounds):
             for q in QUESTIONS[:args.questions]:
