@@ -54,23 +54,24 @@ def turns(ctx, n: int, tag: str, params, alive=lambda: True) -> list[dict]:
     return out
 
 
-def start_training(data_dir: Path, steps: int, out: Path, log: Path) -> subprocess.Popen:
+def start_training(data_dir: Path, steps: int, work: Path) -> subprocess.Popen:
+    """`bench/train.py` in the background, its temporary run directory under `work`."""
     cmd = [sys.executable, str(REPO / "bench" / "train.py"), "--data-dir", str(data_dir), "--model", "pretrained",
-           "--methods", "kto", "--steps", str(steps), "--rows", "48", "--out", str(out)]
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO)
+           "--methods", "kto", "--steps", str(steps), "--rows", "48", "--out", str(work / "train.json")]
+    return subprocess.Popen(cmd, stdout=(work / "train.log").open("w"), stderr=subprocess.STDOUT, cwd=REPO,
+                            env={**os.environ, "TMPDIR": str(work)})
 
 
-def wait_until_training(log: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
+def wait_until_training(work: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
     """Until the run logs its first training step (model loading and reference log-probs are over)."""
     from trainer.rundir import read_progress
 
     t0 = time.monotonic()
     while proc.poll() is None and time.monotonic() - t0 < timeout:
-        runs = sorted(Path(tempfile.gettempdir()).glob("bench-train-*/kto"), key=os.path.getmtime)
-        if runs and any(r.get("event") == "log" for r in read_progress(runs[-1])):
+        if any(r.get("event") == "log" for run in work.glob("bench-train-*/kto") for r in read_progress(run)):
             return
         time.sleep(2)
-    raise SystemExit(f"the training run never started a step; see {log}")
+    raise SystemExit(f"the training run never started a step; see {work / 'train.log'}")
 
 
 def main() -> None:
@@ -91,14 +92,15 @@ def main() -> None:
         ctx = turn_context(settings, store, backend, source="cli", guard=guard)
         timed_turn(ctx, "warmup", "Hello?", SamplingParams(max_new_tokens=4, temperature=0.0))
         before = turns(ctx, args.turns, "idle-before", params)
-        tmp = Path(tempfile.mkdtemp(prefix="chat-during-training-"))
-        log, train_out = tmp / "train.log", tmp / "train.json"
-        proc = start_training(args.data_dir, args.steps, train_out, log)
-        wait_until_training(log, proc)
-        during = turns(ctx, args.turns, "during", params, alive=lambda: proc.poll() is None)
-        proc.wait()
-        after = turns(ctx, args.turns, "idle-after", params)
-        train = train_out.read_text() if train_out.is_file() else log.read_text()[-2000:]
+        with tempfile.TemporaryDirectory(prefix="chat-during-training-") as tmp:
+            work = Path(tmp)
+            proc = start_training(args.data_dir, args.steps, work)
+            wait_until_training(work, proc)
+            during = turns(ctx, args.turns, "during", params, alive=lambda: proc.poll() is None)
+            proc.wait()
+            after = turns(ctx, args.turns, "idle-after", params)
+            out = work / "train.json"
+            train = out.read_text() if out.is_file() else (work / "train.log").read_text()[-2000:]
     idle = before + after
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{cpu_model()}, {platform.machine()}",
               "torch_threads": args.threads, "max_new_tokens": args.max_new_tokens, "judge": guard.version,

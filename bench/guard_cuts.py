@@ -100,7 +100,7 @@ def judge_all(rows: list[dict], data_dir: Path) -> dict:
     judge = load_judges(settings)[1]
     guard = guard_over(settings, judge)
     version = str(judge.version)
-    todo = [r for r in rows if r.get("judge", "harmless-2" if "risks" in r else None) != version]
+    todo = [r for r in rows if r.get("judge") != version]
     for start in range(0, len(todo), 16):
         chunk = todo[start:start + 16]
         for r, risk in zip(chunk, judge.request_risk([r["request"] for r in chunk])):

@@ -85,7 +85,6 @@ def answer(model_dir: Path, mode: str, questions: list[str], max_new_tokens: int
 def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16) -> None:
     """Answers as served ("served": under the guard's policy; "alone": no policy) to `todo`'s requests,
     appended to `out` per batch with the batch's seconds; each batch seeded by its first row."""
-    import json as _json
     import time
 
     if not todo:
@@ -110,7 +109,7 @@ def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16
         seconds = round(time.perf_counter() - t0, 1)
         with out.open("a", encoding="utf-8") as f:
             for r, a in zip(chunk, answers):
-                f.write(_json.dumps({**r, "side": side, "answer": a, "batch_seconds": seconds}) + "\n")
+                f.write(json.dumps({**r, "side": side, "answer": a, "batch_seconds": seconds}) + "\n")
         print(f"{side} {start + len(chunk)}/{len(todo)} {seconds}s", flush=True)
 
 
@@ -125,7 +124,8 @@ def served_rows(data_dir: Path, bench_answers: Path, work: Path) -> list[dict]:
         if r["model"] != SERVED and (r["subset"], r["row"]) not in seen:
             seen.add((r["subset"], r["row"]))
             by_kind[r["kind"]].append({k: r[k] for k in ("kind", "subset", "row", "request")})
-    todo = [r for start in range(0, EVERYDAY, 16) for kind in ("risky", "everyday") for r in by_kind[kind][start:start + 16]]
+    longest = max(map(len, by_kind.values()))  # 16 of each kind in turn, so a stopped draw has both
+    todo = [r for start in range(0, longest, 16) for kind in ("risky", "everyday") for r in by_kind[kind][start:start + 16]]
     done = {(r["subset"], r["row"]) for r in read_jsonl(work)} if work.is_file() else set()
     draw([r for r in todo if (r["subset"], r["row"]) not in done], "served", data_dir, work)
     drawn = list(read_jsonl(work))
