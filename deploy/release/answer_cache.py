@@ -1,7 +1,9 @@
-"""The live release's gate answers, kept between gates, so each gate generates only the candidate's.
+"""The live release's gate answers and HH scores, kept between gates, so each gate generates and
+scores only the candidate's.
 
     cache = AnswerCache.for_release(settings.data_path, live.id, [base_model_dir, adapter_dir])
     answer = cache.wrap(answer, prompt_of, generation)   # answer(questions) -> answers, cached
+    scorer = cache.scorer(scorer, {"scorer": "loglik_mean"})   # scorer.score(prompts, answers), cached
 
 Design choices:
 - Keyed by (release id, the prompt as the model is given it, the generation settings). The prompt
@@ -16,7 +18,9 @@ Design choices:
   worst a damaged file costs is generating those answers again.
 - A cached answer was generated in another batch than a fresh one would be; greedy decoding with
   left padding gives the same text in practice, and the gate pairs each prompt's two answers
-  whatever batch they came from.
+  whatever batch they came from. The same holds for a cached HH score (a log-likelihood computed
+  in another batch can differ in the last float bits, never in which side of a pair is higher
+  unless the two are within that noise, and such a near tie is a coin flip either way).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class AnswerCache:
     def __init__(self, path: Path, release_id: str, model_dirs: Sequence[str | Path | None] = ()) -> None:
         self.path, self.release_id = Path(path), release_id
         self.model = fingerprint(model_dirs)
-        self.answers: dict[str, str] = {}
+        self.answers: dict[str, Any] = {}  # key -> an answer (str) or an HH score (float)
         self.hits = self.misses = 0
         text = self.path.read_text(encoding="utf-8") if self.path.is_file() else ""
         self._torn = bool(text) and not text.endswith("\n")  # the next line must not join the torn one
@@ -64,18 +68,25 @@ class AnswerCache:
         (in one call, so the generator batches them)."""
 
         def cached(questions: Sequence[str]) -> list[str]:
-            keys = [self.key(prompt_of(q), generation) for q in questions]
-            todo = {k: q for k, q in zip(keys, questions) if k not in self.answers}
-            self.hits += len(keys) - len(todo)
-            self.misses += len(todo)
-            if todo:
-                fresh = answer(list(todo.values()))
-                self._add(dict(zip(todo, fresh)))
-            return [self.answers[k] for k in keys]
+            out, reused = self._through([self.key(prompt_of(q), generation) for q in questions], questions, answer)
+            self.hits, self.misses = self.hits + reused, self.misses + len(questions) - reused
+            return out
 
         return cached
 
-    def _add(self, answers: dict[str, str]) -> None:
+    def _through(self, keys: list[str], items: Sequence[Any], make: Callable[[list], list]) -> tuple[list, int]:
+        """The values of `keys`, making the missing ones from their `items` in one call; and how many were reused."""
+        todo = {k: item for k, item in zip(keys, items) if k not in self.answers}
+        if todo:
+            self._add(dict(zip(todo, make(list(todo.values())))))
+        return [self.answers[k] for k in keys], len(keys) - len(todo)
+
+    def scorer(self, scorer: Any, settings: dict) -> CachedScorer:
+        """`scorer` (`score(prompts, answers)`, evaluator.scoring.Scorer) with this cache in front,
+        keyed by each (conversation, answer) and `settings` (what makes the score: scorer, truncation)."""
+        return CachedScorer(self, scorer, settings)
+
+    def _add(self, answers: dict[str, Any]) -> None:
         self.answers.update(answers)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
@@ -83,6 +94,25 @@ class AnswerCache:
                 f.write("\n")
                 self._torn = False
             f.writelines(json.dumps({"key": k, "answer": a}, ensure_ascii=False) + "\n" for k, a in answers.items())
+
+
+class CachedScorer:
+    """A scorer whose scores of one release come from its cache when it has them; only the rest
+    are scored, in one call. `reused` and `scored` count them."""
+
+    def __init__(self, cache: AnswerCache, scorer: Any, settings: dict) -> None:
+        self.cache, self.inner, self.settings = cache, scorer, settings
+        self.reused = self.scored = 0
+
+    def score(self, prompts: Sequence[Any], answers: Sequence[str]) -> list[float]:
+        keys = [self.cache.key({"conversation": p, "answer": a}, self.settings) for p, a in zip(prompts, answers)]
+
+        def make(todo: list[int]) -> list[float]:
+            return [float(x) for x in self.inner.score([prompts[i] for i in todo], [answers[i] for i in todo])]
+
+        out, reused = self.cache._through(keys, range(len(answers)), make)
+        self.reused, self.scored = self.reused + reused, self.scored + len(keys) - reused
+        return [float(x) for x in out]
 
 
 def fingerprint(model_dirs: Sequence[str | Path | None]) -> list[list]:

@@ -199,14 +199,20 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
 
     n = sum(len(s.pairs) for s in inp.hh_subsets.values())
     inp.say(f"{side.name}: HH accuracy on {n} pairs (mean log-likelihood per answer token)")
+    batch = BatchConfig(workers=1)
+    scorer = LogLikelihoodScorer(model, tokenizer, batch, mean=True)
+    if side.cache is not None:  # the live release's scores of these pairs, from its last gate
+        scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "max_length": batch.max_length,
+                                            "bf16": batch.bf16, "share_prompts": batch.share_prompts})
     with use(model, side):
-        report, outcomes, groups = evaluate_hh_pairs(
-            inp.hh_subsets, LogLikelihoodScorer(model, tokenizer, BatchConfig(workers=1), mean=True))
+        report, outcomes, groups = evaluate_hh_pairs(inp.hh_subsets, scorer)
     out.metrics["hh_accuracy"] = report.mean
     out.items["hh_accuracy"] = [1.0 if ok else 0.0 for ok in outcomes]
     out.hh_groups = groups
     out.details["hh"] = {"scorer": "loglik_mean", "pairs": n, "helpful": report.helpful, "harmless": report.harmless,
                          **{name: r.accuracy for name, r in report.subsets.items()}}
+    if side.cache is not None:
+        out.details["hh"]["cached_scores"] = {"reused": scorer.reused, "scored": scorer.scored}
 
 
 def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:

@@ -53,3 +53,30 @@ def test_a_rebuilt_model_directory_misses_and_a_torn_line_is_skipped(tmp_path):
     # The line written after the torn one is readable: a reopened cache has the rebuilt model's answer.
     AnswerCache.for_release(tmp_path, "base", [model]).wrap(counting_answers(calls), str, gen)(["a"])
     assert len(calls) == 2
+
+
+class CountingScorer:
+    """Scores the answer's length; records each call's answers."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def score(self, prompts, answers):
+        self.calls.append(list(answers))
+        return [float(len(a)) + 0.25 for a in answers]
+
+
+def test_hh_scores_are_cached_per_conversation_and_answer(tmp_path):
+    """The live side's HH scores: a later gate scores only pairs it has not seen, in one call; the
+    same answer under another conversation, or other score settings, is scored again."""
+    inner = CountingScorer()
+    settings = {"scorer": "loglik_mean", "max_length": 512}
+    hi = [{"role": "user", "content": "hi"}]
+    scorer = AnswerCache.for_release(tmp_path, "rel-1").scorer(inner, settings)
+    assert scorer.score([hi, hi], ["ab", "abcd"]) == [2.25, 4.25]
+    later = AnswerCache.for_release(tmp_path, "rel-1").scorer(inner, settings)
+    other_turn = [{"role": "user", "content": "hello"}]
+    assert later.score([hi, other_turn, hi], ["abcd", "abcd", "xyz"]) == [4.25, 4.25, 3.25]
+    assert inner.calls == [["ab", "abcd"], ["abcd", "xyz"]] and (later.reused, later.scored) == (1, 2)
+    AnswerCache.for_release(tmp_path, "rel-1").scorer(inner, {**settings, "max_length": 256}).score([hi], ["ab"])
+    assert len(inner.calls) == 3

@@ -163,9 +163,10 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
 
 
 def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_model_dir, tmp_path, monkeypatch):
-    """The live release's answers are cached by (release, prompt, generation settings): gating
-    again against the same live release generates the candidate's answers only, with the same
-    numbers; a change in the generation settings misses the cache."""
+    """The live release's answers are cached by (release, prompt, generation settings), and its HH
+    scores by (release, conversation, answer): gating again against the same live release generates
+    and scores the candidate's side only, with the same numbers; a change in the generation
+    settings misses the answers, not the HH scores."""
     import evaluator.generation
 
     real, generated = evaluator.generation.hf_answer_fn, []
@@ -176,7 +177,7 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
 
     monkeypatch.setattr(evaluator.generation, "hf_answer_fn", counting)
     root, run_dir = trained
-    small = {**GATE, "gate.hh_data": "off", "gate.steer_prompts": 2, "gate.steer_values": [0, 4]}
+    small = {**GATE, "gate.steer_prompts": 2, "gate.steer_values": [0, 4]}  # HH: 2 shipped pairs per subset
     settings = tiny_settings(tmp_path / "data", builtin_model_dir, **small)
     with Store(settings.db_path) as store:
         base = ensure_base_release(store, str(builtin_model_dir))
@@ -194,6 +195,11 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
     assert again.live == pytest.approx(first.live) and again.candidate == pytest.approx(first.candidate)
     assert changed.details["live"]["cached_answers"] == {"reused": 0, "generated": per_side}
     assert sum(generated) == first_count
+    scored = first.details["live"]["hh"]["cached_scores"]["scored"]
+    assert scored == 2 * first.details["live"]["hh"]["pairs"] and first.details["live"]["hh"]["cached_scores"]["reused"] == 0
+    for later in (again, changed):
+        assert later.details["live"]["hh"]["cached_scores"] == {"reused": scored, "scored": 0}
+        assert later.live["hh_accuracy"] == first.live["hh_accuracy"]
 
 
 def _copy_run(store: Store, run_dir, base_model, dest) -> str:
