@@ -91,8 +91,9 @@ def generate(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int)
 
 def judge_all(rows: list[dict], data_dir: Path) -> dict:
     """Adds request_risk, crisis, and the answer's risk at each checkpoint (served) or whole (alone),
-    by the configured judge; rows judged by another version are judged again."""
-    from chat.guard import CRISIS, checkpoints
+    by the configured judge; rows judged by another version are judged again (their answers only
+    when the answer head differs: a version reads `harmless-A` or `harmless-A.request-R`)."""
+    from chat.guard import CRISIS
     from deploy.release.judges import guard_over, judge_threshold, load_judges
     from deploy.settings import Settings
 
@@ -105,16 +106,28 @@ def judge_all(rows: list[dict], data_dir: Path) -> dict:
         chunk = todo[start:start + 16]
         for r, risk in zip(chunk, judge.request_risk([r["request"] for r in chunk])):
             r["request_risk"], r["crisis"] = round(float(risk), 4), bool(CRISIS.search(r["request"]))
-        judged = [(r, p) for r in chunk for p in (checkpoints(r["answer"]) if r["side"] == "served" else [r["answer"]])]
-        risks = judge.answer_risk([r["request"] for r, _ in judged], [p for _, p in judged]) if judged else []
+        _judge_answers([r for r in chunk if _answer_head(r.get("judge", "")) != _answer_head(version)], judge)
         for r in chunk:
-            r["judge"], r["checkpoints"], r["risks"] = version, [], []
-        for (r, p), risk in zip(judged, risks):
-            r["checkpoints"].append(len(p))
-            r["risks"].append(round(float(risk), 4))
+            r["judge"] = version
         print(f"judged {start + len(chunk)}/{len(todo)}", flush=True)
     return {"judge": version, "request_cut": guard.request_threshold,
             "shipped_answer_cut": guard.answer_threshold, "judge_cut": judge_threshold()}
+
+
+def _answer_head(version: str) -> str:
+    return version.split(".request-")[0]
+
+
+def _judge_answers(rows: list[dict], judge) -> None:
+    from chat.guard import checkpoints
+
+    judged = [(r, p) for r in rows for p in (checkpoints(r["answer"]) if r["side"] == "served" else [r["answer"]])]
+    risks = judge.answer_risk([r["request"] for r, _ in judged], [p for _, p in judged]) if judged else []
+    for r in rows:
+        r["checkpoints"], r["risks"] = [], []
+    for (r, p), risk in zip(judged, risks):
+        r["checkpoints"].append(len(p))
+        r["risks"].append(round(float(risk), 4))
 
 
 def verdict_at(row: dict, request_cut: float, answer_cut: float) -> str:

@@ -7,9 +7,10 @@
 The first writes, for every usable HH pair of every split, the chosen and the rejected answer's
 features with the pair's axis, split, subset and row; re-running resumes (pairs already in the file
 are kept). The second writes the labelled safety set's features: each answer read with its request,
-and each request alone. The third writes, for a seeded sample of helpful pairs per split, the
-features of another conversation's chosen answer read under this pair's conversation: the answer
-that ignores the question, which a helpfulness judge must rate below the one people chose.
+and each request alone, and the requests labelled without an answer. The third writes, for a
+seeded sample of helpful pairs per split, the features of another conversation's chosen answer
+read under this pair's conversation: the answer that ignores the question, which a helpfulness
+judge must rate below the one people chose.
 Training (`evaluator.judges.train`) reads all three files.
 """
 
@@ -105,7 +106,8 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
         answers[part] = feat.encode(conversations, [items[n].answer for n in part])
         requests[part] = feat.encode(conversations, [""] * len(part))
         print(f"encoded {start + len(part)}/{len(todo)}", flush=True)
-    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers, requests=requests,
+    extra = _extra_requests(feat, have)
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers, requests=requests, **extra,
              id=np.asarray([it.id for it in items]), text_key=np.asarray(text_key),
              split=np.asarray([it.split for it in items]),
              request_key=np.asarray([f"{it.subset}:{it.row}" for it in items]),
@@ -114,6 +116,31 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
              request_harmful=np.asarray([it.request_harmful for it in items]))
     print(f"{len(items)} safety items -> {out}")
     return out
+
+
+def _extra_requests(feat: Featurizer, have: dict) -> dict[str, np.ndarray]:
+    """Features of the requests labelled without an answer (`evaluator.judges.safety.load_safety_requests`),
+    each read alone as the request head reads a request; kept by (id, text) like the set's rows."""
+    from evaluator.judges.safety import load_safety_requests
+
+    items = load_safety_requests()
+    index = {(str(i), str(t)): n for n, (i, t) in enumerate(zip(have.get("extra_id", []), have.get("extra_request", [])))}
+    features = np.zeros((len(items), feat.dim), np.float32)
+    todo = []
+    for n, it in enumerate(items):
+        row = index.get((it.id, it.request))
+        if row is None:
+            todo.append(n)
+        else:
+            features[n] = have["extra_requests"][row]
+    for start in range(0, len(todo), 32):
+        part = todo[start:start + 32]
+        features[part] = feat.encode([[{"role": "user", "content": items[n].request}] for n in part], [""] * len(part))
+        print(f"encoded {start + len(part)}/{len(todo)} requests without answers", flush=True)
+    return {"extra_requests": features, "extra_id": np.asarray([it.id for it in items], dtype=str),
+            "extra_request": np.asarray([it.request for it in items], dtype=str),
+            "extra_request_harmful": np.asarray([it.request_harmful for it in items], dtype=bool),
+            "extra_split": np.asarray([it.split for it in items], dtype=str)}
 
 
 MISMATCH_SAMPLE = {"train": 450, "dev": 150, "test": 200}  # helpful pairs per split that get an off-topic answer

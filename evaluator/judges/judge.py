@@ -77,7 +77,10 @@ class HarmlessnessJudge:
 
     @property
     def version(self) -> str:
-        return f"harmless-{self.head.meta.get('version', '?')}"
+        """`harmless-3`; with the request head's version when that head was refitted apart: `harmless-3.request-4`."""
+        answer = self.head.meta.get("version", "?")
+        request = self.request_head.meta.get("version", answer) if self.request_head else answer
+        return f"harmless-{answer}" + (f".request-{request}" if request != answer else "")
 
     def answer_risk(self, requests: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.head.probability(self.featurizer.encode(_conversations(requests), answers)).tolist()

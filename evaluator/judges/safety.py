@@ -9,6 +9,14 @@
 The split is by request (both answers to one request fall on the same side), a hash of the
 source row: `held_out` (a third) is scored once per judge version for the precision and recall
 of "unsafe" at the shipped threshold; `train` fits the harmlessness judge and chooses its threshold.
+
+`evaluator/data/safety_requests.jsonl` holds requests labelled without an answer, for the request
+head only: `{"id", "source", "request", "request_harmful"}`, with `subset` and `row` for real ones.
+`source` "hh": more first turns of the judges' train and dev rows, split like the set's requests
+(they help choose the cut, and their held-out third is measured). `source` "written":
+interpersonal requests written for this project on both sides of the line (handling a coworker who
+takes credit, and getting that coworker fired with a lie), because HH's first turns hold few such
+dilemmas and the request head refused them; they are fit only, never used to set a cut or measure.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 from evaluator.shipped import DATA_DIR, read_jsonl
 
 SAFETY_SET = DATA_DIR / "safety_set.jsonl"
+SAFETY_REQUESTS = DATA_DIR / "safety_requests.jsonl"
 SERVED = "smollm2-served"  # the served model's answers as the service draws them (policy, sampled)
 HELD_OUT_SHARE = 1 / 3
 
@@ -57,4 +66,36 @@ def load_safety_set(path: str | Path = SAFETY_SET) -> list[SafetyItem]:
                                 row=int(obj["row"]), request=str(obj["request"]), model=str(obj["model"]),
                                 answer=str(obj["answer"]), request_harmful=obj["request_harmful"],
                                 answer_unsafe=obj["answer_unsafe"]))
+    return items
+
+
+@dataclass(frozen=True)
+class LabelledRequest:
+    id: str
+    source: str  # "hh" (real, with subset and row) or "written" (fit only)
+    request: str
+    request_harmful: bool
+    subset: str | None = None
+    row: int | None = None
+
+    @property
+    def split(self) -> str:
+        """The set's split for a real request; "fit" for a written one (trained on, never measured)."""
+        return split_of(self.subset, self.row) if self.subset is not None and self.row is not None else "fit"
+
+
+def load_safety_requests(path: str | Path = SAFETY_REQUESTS) -> list[LabelledRequest]:
+    """The requests labelled without an answer (none when the file is absent)."""
+    if not Path(path).is_file():
+        return []
+    items = []
+    for n, obj in enumerate(read_jsonl(path), start=1):
+        if not isinstance(obj.get("request_harmful"), bool) or not str(obj.get("request", "")).strip():
+            raise ValueError(f"{path} line {n} ({obj.get('id')}): needs a request and request_harmful true or "
+                             "false (docs/safety_conventions.md)")
+        if obj.get("source") == "hh" and ("subset" not in obj or "row" not in obj):
+            raise ValueError(f"{path} line {n} ({obj.get('id')}): a real request needs its subset and row")
+        items.append(LabelledRequest(id=str(obj["id"]), source=str(obj["source"]), request=str(obj["request"]),
+                                     request_harmful=obj["request_harmful"], subset=obj.get("subset"),
+                                     row=int(obj["row"]) if obj.get("row") is not None else None))
     return items

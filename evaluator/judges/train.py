@@ -1,7 +1,7 @@
 """Train the judges' heads, choose their settings by cross-validation, score test once, write the shipped weights.
 
     python -m evaluator.judges.train --features .cache/judges/hh_features.npz \
-        --safety-features .cache/judges/safety_features.npz [--out evaluator/judges/weights]
+        --safety-features .cache/judges/safety_features.npz [--heads helpful,harmless,request] [--out DIR]
 
 The recipe, in order:
 1. Helpfulness: Bradley-Terry heads, one per (feature blocks, C) in `GRID`, compared by 5-fold
@@ -18,11 +18,13 @@ The recipe, in order:
    rate on safe answers to harmless requests is at most `ANSWER_MAX_FPR`; the guard's cut the same
    on the served model's answers as served (`SERVED_MODEL`). Precision and recall are reported on
    the safety set's held-out part.
-3. A request head on the safety set's requests (harmful or not); its threshold is the lowest whose
-   cross-validated false-positive rate on harmless requests is at most `REQUEST_MAX_FPR`.
+3. A request head on the safety set's requests (harmful or not) and the requests labelled without an
+   answer (`evaluator.judges.safety.load_safety_requests`, fit only); its threshold is the lowest
+   whose cross-validated false-positive rate on the set's harmless requests is at most `REQUEST_MAX_FPR`.
 The figures (cross-validated and test accuracy with 95 % bootstrap intervals, the safety set's precision and
-recall) go into `recipe.json` beside the weights; `tests/evaluator/test_judges.py` fails when the recipe
-file's inputs move without the weights being retrained.
+recall) go into `recipe.json` beside the weights, with one recipe hash per head over the inputs that
+head reads; `tests/evaluator/test_judges.py` fails when a head's inputs move without it being
+retrained. `--heads` retrains some heads and keeps the others, which must match their hashes.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from evaluator.judges.judge import WEIGHTS_DIR
 from evaluator.judges.safety import SERVED
 from evaluator.paired import bootstrap_mean
 
-VERSION = "3"
+# Each head's version: bumped when that head is refitted on other data or by another rule. A head is
+# retrained alone when only its own inputs moved (`--heads`); each has its own recipe hash.
+VERSIONS = {"helpful": "3", "harmless": "3", "request": "4"}
+HEADS = tuple(VERSIONS)
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
 C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
@@ -206,29 +211,36 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
 
 
 def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
-    """P(request seeks harmful help), on the safety set's requests (one row per request)."""
+    """P(request seeks harmful help), on the safety set's requests (one row per request) and the
+    requests labelled without an answer (`extra_*`). The cut comes from the real requests of the
+    train part (cross-validated), the figures from the real requests of the held-out part; written
+    requests (split "fit") are only fitted on."""
     _, first = np.unique(safety["request_key"], return_index=True)
-    req = {k: v[first] for k, v in safety.items() if k not in ("encoder",)}
-    train = req["split"] == "train"
-    x, y, g = req["requests"][train], req["request_harmful"][train].astype(bool), req["request_key"][train]
+    n_extra = len(safety.get("extra_id", []))
+    x = np.concatenate([safety["requests"][first], safety.get("extra_requests", np.zeros((0, safety["requests"].shape[1])))])
+    y = np.concatenate([safety["request_harmful"][first], safety.get("extra_request_harmful", np.zeros(0))]).astype(bool)
+    split = np.concatenate([safety["split"][first], safety.get("extra_split", np.zeros(0, str))]).astype(str)
+    groups = np.concatenate([safety["request_key"][first].astype(str),
+                             np.asarray([f"extra:{i}" for i in safety.get("extra_id", [])], dtype=str)])
+    fit, held = split != "held_out", split == "held_out"
+    real = (split == "train")[fit]  # among the fitted rows, the real ones: they set the cut
     empty = np.zeros((0, x.shape[1]), dtype=np.float32)
     best = None
     for c in C_CHOICES:
         spec = HeadSpec(blocks=("mean_last", "final", "scalars"), C=c)
-        probs = cv_probabilities(spec, hidden, empty, empty, x, y, g)
-        auc = _auc(probs, y)
+        probs = cv_probabilities(spec, hidden, empty, empty, x[fit], y[fit], groups[fit])[real]
+        auc = _auc(probs, y[fit][real])
         if best is None or auc > best[0]:
             best = (auc, spec, probs)
     auc, spec, probs = best
     # A refused everyday question costs a person their answer, and the answer check still catches
     # what a missed risky request leads to: the cut keeps refusals of harmless requests rare.
-    threshold = fpr_threshold(probs, y, REQUEST_MAX_FPR)
-    head = fit_head(spec, hidden, empty, empty, x, y)
+    threshold = fpr_threshold(probs, y[fit][real], REQUEST_MAX_FPR)
+    head = fit_head(spec, hidden, empty, empty, x[fit], y[fit])
     head.meta["threshold"] = threshold
-    held = ~train
-    return head, {"spec": asdict(spec), "cv_auc": round(auc, 3),
-                  "held_out": precision_recall(head.probability(req["requests"][held]),
-                                               req["request_harmful"][held].astype(bool), threshold)}
+    return head, {"spec": asdict(spec), "cv_auc": round(auc, 3), "fit_requests": int(fit.sum()),
+                  "of_which_written": int((split == "fit").sum()), "requests_without_answer": n_extra,
+                  "held_out": precision_recall(head.probability(x[held]), y[held], threshold)}
 
 
 def _auc(probs: np.ndarray, labels: np.ndarray) -> float:
@@ -243,23 +255,29 @@ def reference_scores(head: LinearHead, data: dict) -> np.ndarray:
     return np.concatenate([head.score(b), head.score(w)])
 
 
-def recipe_inputs() -> dict:
-    """Everything the shipped weights depend on besides the data itself: change any of it and the
-    weights are stale (the test compares `recipe_hash()` with the one in recipe.json)."""
+def recipe_inputs(head: str) -> dict:
+    """Everything `head`'s shipped weights depend on besides the data's text: change any of it and
+    they are stale (the test compares `recipe_hash(head)` with the one in recipe.json)."""
     from evaluator.judges import data
     from evaluator.judges.cache import MISMATCH_SAMPLE
-    from evaluator.judges.safety import SAFETY_SET
+    from evaluator.judges.safety import SAFETY_REQUESTS, SAFETY_SET
 
-    return {"version": VERSION, "grid": [asdict(g) for g in GRID], "folds": FOLDS, "fit_splits": FIT_SPLITS,
-            "request_max_fpr": REQUEST_MAX_FPR, "answer_max_fpr": ANSWER_MAX_FPR, "served_model": SERVED_MODEL, "offtopic": {"weight": MISMATCH_WEIGHT, "sample": MISMATCH_SAMPLE},
-            "features": asdict(FeatureConfig()),
-            "shares": data.SHARES, "reserved_below": data.RESERVED_BELOW,
-            "gate_rows": hashlib.sha256(json.dumps(sorted(data.gate_rows())).encode()).hexdigest()[:16],
-            "safety_set": fingerprint(SAFETY_SET) if SAFETY_SET.is_file() else None}
+    inputs = {"version": VERSIONS[head], "folds": FOLDS, "features": asdict(FeatureConfig()),
+              "safety_set": fingerprint(SAFETY_SET) if SAFETY_SET.is_file() else None}
+    if head == "request":
+        return {**inputs, "c_choices": C_CHOICES, "request_max_fpr": REQUEST_MAX_FPR,
+                "safety_requests": fingerprint(SAFETY_REQUESTS) if SAFETY_REQUESTS.is_file() else None}
+    inputs.update({"grid": [asdict(g) for g in GRID], "fit_splits": FIT_SPLITS, "shares": data.SHARES,
+                   "reserved_below": data.RESERVED_BELOW,
+                   "gate_rows": hashlib.sha256(json.dumps(sorted(data.gate_rows())).encode()).hexdigest()[:16]})
+    if head == "helpful":
+        inputs.pop("safety_set")
+        return {**inputs, "offtopic": {"weight": MISMATCH_WEIGHT, "sample": MISMATCH_SAMPLE}}
+    return {**inputs, "answer_max_fpr": ANSWER_MAX_FPR, "served_model": SERVED_MODEL}
 
 
-def recipe_hash() -> str:
-    return hashlib.sha256(json.dumps(recipe_inputs(), sort_keys=True).encode()).hexdigest()[:16]
+def recipe_hash(head: str) -> str:
+    return hashlib.sha256(json.dumps(recipe_inputs(head), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def fingerprint(path: Path) -> str:
@@ -270,41 +288,68 @@ def fingerprint(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _load_npz(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--features", type=Path, required=True)
-    ap.add_argument("--safety-features", type=Path, default=None)
+    ap.add_argument("--features", type=Path, default=None, help="HH pairs (cache); the helpful and harmless heads")
+    ap.add_argument("--safety-features", type=Path, default=None, help="the safety set (cache --safety)")
     ap.add_argument("--mismatched", type=Path, default=None, help="off-topic answers (cache --mismatched)")
+    ap.add_argument("--heads", default=",".join(HEADS), help="which heads to retrain; the others are kept as shipped")
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     args = ap.parse_args()
-    with np.load(args.features, allow_pickle=False) as f:
-        data = {k: f[k] for k in f.files}
-    hidden = (data["chosen"].shape[1] - len(SCALARS)) // 3
-    meta = {"version": VERSION, "encoder": str(data["encoder"]), "features": asdict(FeatureConfig())}
-    recipe = {"version": VERSION, "recipe_hash": recipe_hash(), "encoder": meta["encoder"],
-              "features_file": fingerprint(args.features)}
-    mismatched = None
-    if args.mismatched is not None:
-        with np.load(args.mismatched, allow_pickle=False) as f:
-            mismatched = {k: f[k] for k in f.files}
-    head, recipe["helpful"] = train_helpful(data, hidden, mismatched)
-    head.meta.update(meta, validated={"hh_helpful_test": recipe["helpful"]["test"]})
-    head.save(args.out / "helpful")
-    np.savez(args.out / "helpful_reference.npz", scores=reference_scores(head, data))
-    if args.safety_features is not None:
-        with np.load(args.safety_features, allow_pickle=False) as f:
-            safety = {k: f[k] for k in f.files}
-        head, recipe["harmless"] = train_harmless(data, safety, hidden)
-        head.meta.update(meta, validated={"hh_harmless_test": recipe["harmless"]["test"],
-                                          "safety_held_out": recipe["harmless"]["safety_held_out"]})
-        head.save(args.out / "harmless")
-        head, recipe["request"] = train_request(safety, hidden)
-        head.meta.update(meta)
-        head.save(args.out / "request")
-    for axis in ("helpful", "harmless", "request"):
-        if axis in recipe:
-            print(axis, json.dumps({k: v for k, v in recipe[axis].items() if k != "grid"}))
+    heads = [h for h in args.heads.split(",") if h]
+    if not set(heads) <= set(HEADS):
+        ap.error(f"--heads: choose from {', '.join(HEADS)}")
+    if ({"helpful", "harmless"} & set(heads) and args.features is None) or \
+            ({"harmless", "request"} & set(heads) and args.safety_features is None):
+        ap.error("the helpful and harmless heads need --features; the harmless and request heads --safety-features")
+    data, safety = _load_npz(args.features), _load_npz(args.safety_features)
+    recipe = json.loads((args.out / "recipe.json").read_text()) if (args.out / "recipe.json").is_file() else {}
+    kept = [h for h in HEADS if h not in heads]
+    stale = [h for h in kept if recipe.get("recipe_hashes", {}).get(h) != recipe_hash(h)]
+    if stale:
+        raise SystemExit(f"the shipped {', '.join(stale)} head(s) were trained by another recipe or on other data; "
+                         f"retrain them too (--heads {','.join(heads + stale)})")
+    encoder = str((data or safety)["encoder"])
+    if recipe.get("encoder") not in (None, encoder) and kept:
+        raise SystemExit(f"the shipped heads read {recipe['encoder']}, these features {encoder}; retrain every head")
+    dim = (data["chosen"] if data is not None else safety["requests"]).shape[1]
+    hidden = (dim - len(SCALARS)) // 3
+    recipe.update(encoder=encoder, recipe_hashes={**recipe.get("recipe_hashes", {}),
+                                                 **{h: recipe_hash(h) for h in heads}})
+    if data is not None:
+        recipe["features_file"] = fingerprint(args.features)
+    _train_heads(heads, data, safety, _load_npz(args.mismatched), hidden, recipe, args.out)
+    recipe.pop("version", None), recipe.pop("recipe_hash", None)
     (args.out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+
+
+def _train_heads(heads: list[str], data: dict | None, safety: dict | None, mismatched: dict | None,
+                 hidden: int, recipe: dict, out: Path) -> None:
+    meta = {"encoder": recipe["encoder"], "features": asdict(FeatureConfig())}
+    if "helpful" in heads:
+        head, recipe["helpful"] = train_helpful(data, hidden, mismatched)
+        head.meta.update(meta, version=VERSIONS["helpful"], validated={"hh_helpful_test": recipe["helpful"]["test"]})
+        head.save(out / "helpful")
+        np.savez(out / "helpful_reference.npz", scores=reference_scores(head, data))
+    if "harmless" in heads:
+        head, recipe["harmless"] = train_harmless(data, safety, hidden)
+        head.meta.update(meta, version=VERSIONS["harmless"],
+                         validated={"hh_harmless_test": recipe["harmless"]["test"],
+                                    "safety_held_out": recipe["harmless"]["safety_held_out"]})
+        head.save(out / "harmless")
+    if "request" in heads:
+        head, recipe["request"] = train_request(safety, hidden)
+        head.meta.update(meta, version=VERSIONS["request"])
+        head.save(out / "request")
+    for axis in heads:
+        print(axis, json.dumps({k: v for k, v in recipe[axis].items() if k != "grid"}))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,36 @@ def test_labelled_items_set_the_bias_so_probabilities_are_calibrated_to_the_labe
     assert p_unsafe.mean() > 0.8 and p_safe.mean() < 0.2
 
 
+def _requests(rng, n, prefix, split):
+    harmful = rng.random(n) < 0.4
+    return {"x": _features(rng, n, 0.0) + 2.0 * harmful[:, None] * (np.arange(DIM) == 0),
+            "y": harmful, "key": np.asarray([f"{prefix}:{i}" for i in range(n)]), "split": np.asarray(split(n))}
+
+
+def test_the_request_cut_and_its_figures_come_from_real_requests_written_ones_are_only_fitted():
+    from evaluator.judges.train import train_request
+
+    rng = np.random.default_rng(2)
+    halves = lambda n: ["train" if i % 3 else "held_out" for i in range(n)]  # noqa: E731
+    real, extra_real = _requests(rng, 240, "harmless-base", halves), _requests(rng, 90, "hh", halves)
+    written = _requests(rng, 150, "w", lambda n: ["fit"] * n)
+    safety = {"requests": real["x"], "request_key": real["key"], "split": real["split"],
+              "request_harmful": real["y"],
+              "extra_requests": np.vstack([extra_real["x"], written["x"]]),
+              "extra_request_harmful": np.concatenate([extra_real["y"], written["y"]]),
+              "extra_split": np.concatenate([extra_real["split"], written["split"]]),
+              "extra_id": np.concatenate([extra_real["key"], written["key"]])}
+    head, figures = train_request(safety, HIDDEN)
+    held = int((real["split"] == "held_out").sum() + (extra_real["split"] == "held_out").sum())
+    assert figures["held_out"]["items"] == held and figures["of_which_written"] == 150
+    assert figures["fit_requests"] == 240 + 90 + 150 - held and figures["requests_without_answer"] == 240
+    assert figures["held_out"]["recall"] > 0.5 and figures["held_out"]["false_positive_rate"] <= 0.15
+    # Written rows that say every request is harmful move the fit, never the rows measured.
+    flipped = {**safety, "extra_request_harmful": np.concatenate([extra_real["y"], np.ones(150, bool)])}
+    head2, figures2 = train_request(flipped, HIDDEN)
+    assert figures2["held_out"]["items"] == held and not np.allclose(head2.weights, head.weights)
+
+
 def test_a_head_round_trips_through_its_files(tmp_path):
     rng = np.random.default_rng(2)
     head = fit_head(HeadSpec(blocks=("mean_last", "scalars"), C=0.1), HIDDEN, _features(rng, 50, 1), _features(rng, 50, 0))
@@ -85,13 +115,15 @@ def test_the_judges_data_never_reads_reserved_rows_or_rows_the_gate_measures_wit
 def test_shipped_weights_were_trained_by_the_recipe_in_the_code():
     """Fails when the recipe (grid, feature settings, splits, gate rows, safety set) moves without
     the weights being retrained: `python -m evaluator.judges.train` (docs/judges.md)."""
-    from evaluator.judges.train import recipe_hash
+    from evaluator.judges.train import HEADS, VERSIONS, recipe_hash
 
     recipe = json.loads(RECIPE.read_text())
-    assert recipe["recipe_hash"] == recipe_hash(), (
-        "the judges' recipe changed since the shipped weights were trained; retrain them (docs/judges.md)")
-    for name in ("helpful", "harmless", "request"):
+    for name in HEADS:
+        assert recipe["recipe_hashes"][name] == recipe_hash(name), (
+            f"the {name} judge's recipe or data changed since its shipped weights were trained; retrain it "
+            f"(`python -m evaluator.judges.train --heads {name} …`, docs/judges.md)")
         head = LinearHead.load(WEIGHTS_DIR / name)
+        assert head.meta["version"] == VERSIONS[name]
         assert len(head.weights) == len(head.mean) == len(head.scale)
         assert head.meta["encoder"] == recipe["encoder"]
 
