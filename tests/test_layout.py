@@ -68,9 +68,9 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_tests_sit_in_rooms_and_helpers_hold_no_tests():
-    # Rooms are plain folders (no __init__.py, so tests/store never shadows the store package),
-    # which makes pytest import each test file by its bare name: names must differ across rooms,
-    # and a test module may import another test module of its own room only.
+    # Rooms and sub-rooms are plain folders (no __init__.py, so tests/store never shadows the store
+    # package), which makes pytest import each test file by its bare name: names must differ across
+    # rooms, and a test module may import another test module of its own room only.
     test_files = sorted(TESTS.rglob("test_*.py"))
     assert not list(TESTS.rglob("__init__.py")), "tests/ and its rooms are plain folders: remove the __init__.py"
     by_name: dict[str, list[str]] = {}
@@ -78,7 +78,12 @@ def test_tests_sit_in_rooms_and_helpers_hold_no_tests():
         by_name.setdefault(path.stem, []).append(path.relative_to(TESTS).as_posix())
     same = [paths for paths in by_name.values() if len(paths) > 1]
     assert not same, f"test file names must differ across rooms: {same}"
-    assert all(len(path.relative_to(TESTS).parts) <= 2 for path in test_files), "rooms are one level deep"
+    # A room is one level deep; a large one may split into sub-rooms named after its package's own
+    # folders (tests/deploy/release/ for deploy/release/), one level more and no further.
+    deep = [path.relative_to(TESTS).as_posix() for path in test_files
+            if len(rooms := path.relative_to(TESTS).parts[:-1]) > 2
+            or (len(rooms) == 2 and not (REPO / rooms[0] / rooms[1]).is_dir())]
+    assert not deep, f"rooms are one level deep, sub-rooms mirror a folder of their room's package: {deep}"
     loose = sorted({path.name for path in TESTS.glob("test_*.py")} - REPO_WIDE_TESTS)
     assert not loose, f"put these in the room of the package they test (tests/<package>/): {loose}"
     cross = [f"{path.relative_to(TESTS)} imports {name}" for path in test_files for name in _imported_modules(path)
