@@ -34,7 +34,7 @@ from deploy.serving.vllm import served_adapters
 from store import Store
 from store.jobs import HEARTBEAT_S
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 LEASE_S = 30.0
 USERS = 4
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

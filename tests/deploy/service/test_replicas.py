@@ -30,7 +30,7 @@ from service_helpers import ADMIN_TOKEN, free_port
 
 from store import Store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 USERS_PER_REPLICA, TURNS = 16, 10
 

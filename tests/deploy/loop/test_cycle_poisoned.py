@@ -39,7 +39,7 @@ from store.attributes import Attributes
 pytestmark = pytest.mark.slow
 
 N_SAFE, N_UNSAFE = 43, 7  # 7 / 50 = 14% of the desirable examples
-QUESTIONS = Path(__file__).resolve().parents[2] / "deploy" / "loop" / "simulated_questions.jsonl"
+QUESTIONS = Path(__file__).resolve().parents[3] / "deploy" / "loop" / "simulated_questions.jsonl"
 
 
 def _liked_turn(store: Store, user: str, question: str, answer: str, model: str) -> None:

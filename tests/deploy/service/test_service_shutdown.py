@@ -17,7 +17,7 @@ from service_helpers import free_port
 
 from store import Store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _stream(url: str, body: dict, first_delta: threading.Event, out: dict) -> None:

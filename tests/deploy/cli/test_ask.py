@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from deploy.wiring import build_cli
 from store import Store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

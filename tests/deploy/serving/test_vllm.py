@@ -40,7 +40,7 @@ from deploy.serving.vllm import (
 from deploy.settings import load_settings
 from deploy.wiring import build_cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=5)
 
 
