@@ -19,7 +19,7 @@ apt_install() {  # apt_install PACKAGE WHAT-SKIPS
 }
 [ -x /usr/bin/chromium ] || apt_install chromium "browser tests"
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql "PostgreSQL tests"
-# nginx for the local production topology (tests/deploy/test_topology.py: its own config and prefix, the
+# nginx for the local production topology (tests/deploy/ops/test_topology.py: its own config and prefix, the
 # packaged service is not started).
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx "the topology test"
 # A Compose CLI only to validate deploy/ops/compose.yaml (`config -q`: no Docker daemon is needed).

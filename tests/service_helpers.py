@@ -44,7 +44,8 @@ def tiny_settings(data_dir: Path, model_dir: Path, **overrides: Any):
         "backend.device": "cpu", "backend.steering": "steerlm", "backend.max_new_tokens": 12,
         "server.admin_token": ADMIN_TOKEN, "server.admin_password": ADMIN_PASSWORD,
         "server.max_message_chars": 4000, "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
-        # Tests that mistype a password on purpose retry at once; tests/deploy/test_sessions.py times the throttle.
+        # Tests that mistype a password on purpose retry at once; tests/deploy/service/test_sessions.py
+        # times the throttle.
         "server.login_delay_s": 0.0,
         # The judges read the served base model's features; `make test` builds it in the test cache.
         "judges.model_dir": str(judge_model_dir()),

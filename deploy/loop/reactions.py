@@ -10,7 +10,7 @@ Two phrasebooks, one shape (`Phrasebook`):
   Real corrections name their own conversation's particulars, so none is portable; a user who
   would correct says a complaint instead.
 - `templates`: the round-1 phrases, written so the fast extractor files each under its intended
-  category (tests/deploy/test_simulate.py checks them). Kept for unit tests of the pipeline, where a
+  category (tests/deploy/loop/test_simulate.py checks them). Kept for unit tests of the pipeline, where a
   known reading is the point; the learning demo uses `real`.
 """
 

@@ -18,7 +18,7 @@ Design choices:
   a container's death would (a training subprocess dies with its replica), and a replica comes
   back on the same port (`start_replica`), as a supervisor would restart it.
 - `Users` is the load used to check it: simulated users posting turns through nginx, each on
-  one conversation and one cookie jar, every acknowledged turn recorded (tests/deploy/test_topology.py,
+  one conversation and one cookie jar, every acknowledged turn recorded (tests/deploy/ops/test_topology.py,
   bench/topology.py).
 """
 

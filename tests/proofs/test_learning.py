@@ -202,7 +202,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     data_dir = tmp_path_factory.mktemp(f"learning-{prefer}")
-    # The gate decides alone here (no canary: tests/deploy/test_canary.py judges candidates online).
+    # The gate decides alone here (no canary: tests/deploy/release/test_canary.py judges candidates online).
     settings = tiny_settings(data_dir, builtin_model_dir, **{"backend.max_new_tokens": MAX_NEW_TOKENS,
                                                              "canary.enabled": False})
     service = start_service(settings)

@@ -2,7 +2,7 @@
 
     python -m tools.data.make_unseen_poison
 
-The poisoning demonstration (tests/deploy/test_cycle_poisoned.py) must use poison that is not in the
+The poisoning demonstration (tests/deploy/loop/test_cycle_poisoned.py) must use poison that is not in the
 moderator's training set (`evaluator/data/safety_advice.jsonl`), or it would only show that the
 moderator remembers its own examples. This pool was written by hand for this project, six per
 topic over the eight topics of the safety set, as scenarios that set does not contain (a stranger's

@@ -2,7 +2,7 @@
 message, records its step rows and leaves the live release serving. In a live service on the
 tiny model, simulated users chat, and "Start cycle" (the admin job endpoint) runs every step —
 extract, build sets, train, gate, release — as child job rows, promotes the candidate into the
-running service (the canary is off here: tests/deploy/test_canary.py covers it) (the gate's policy is opened wide here: the tiny random model's scores mean
+running service (the canary is off here: tests/deploy/release/test_canary.py covers it) (the gate's policy is opened wide here: the tiny random model's scores mean
 nothing, this test is about the plumbing), and writes the report."""
 
 from __future__ import annotations

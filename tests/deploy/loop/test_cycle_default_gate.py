@@ -1,7 +1,7 @@
 """The scheduled cycle on the built-in model, gated by the DEFAULT policy of `Settings()`.
 
 The other cycle tests run the tiny random model, whose scores mean nothing, so they open the gate
-wide (tests/deploy/test_cycle.py's WIDE_OPEN) to test the plumbing. Here the built-in model (a real, small
+wide (tests/deploy/loop/test_cycle.py's WIDE_OPEN) to test the plumbing. Here the built-in model (a real, small
 model) answers simulated users, the service's scheduler fires the cycle, and the gate judges the
 candidate with every floor and tolerance as shipped, with the serving guard and the safety policy
 as shipped too. Only the gate's item counts are cut for time: fewer items widen every interval,

@@ -1,7 +1,7 @@
 """The periodic trainer runs the whole cycle without an operator, and a running cycle or training
 run can be cancelled leaving no half release. On the tiny random model: the point is the
 plumbing (the schedule, the skip reasons, the job rows, the canary hand-off), not the scores, so
-the gate's policy is opened wide (tests/deploy/test_cycle.py's WIDE_OPEN).
+the gate's policy is opened wide (tests/deploy/loop/test_cycle.py's WIDE_OPEN).
 
 The schedule is shortened by settings (`schedule.train_every_minutes`), not mocked: the service's
 own APScheduler fires the "cycle" job every few seconds.

@@ -1,6 +1,6 @@
 """The operator screen's "Serving" panel without a browser: its state and text for a model server
 that is down, and that it is registered and builds. (With a live vLLM and a loaded adapter it is
-checked in tests/deploy/test_service_vllm.py.)"""
+checked in tests/deploy/serving/test_service_vllm.py.)"""
 
 from __future__ import annotations
 

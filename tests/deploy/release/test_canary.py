@@ -6,7 +6,7 @@ while the live release stops when it is done. Users who want short answers react
 (corrections, rephrases, dislikes, fewer thanks) and the rule rolls it back; users who want
 longer answers like it, and the rule promotes it. In both, more users chat while the verdict is
 applied: no request fails, and every stored answer names its release and arm, the arm of a user
-being the same for the whole canary (sticky). The gate is not run here (tests/deploy/test_gate_run.py
+being the same for the whole canary (sticky). The gate is not run here (tests/deploy/release/test_gate_run.py
 does): the candidate is registered with a passing decision, as the cycle leaves it.
 
 Unit tests of the pieces (assignment, the rule on made-up outcomes) run without a model.
