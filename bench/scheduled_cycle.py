@@ -1,9 +1,16 @@
-"""One full scheduled cycle on the built-in model, with the gate at its defaults: time per step.
+"""One full scheduled cycle, with the gate at its defaults: time per step.
 
     .venv/bin/python bench/scheduled_cycle.py [--data-dir DIR] [--users 16] [--turns 8] [--train-steps 120]
+    .venv/bin/python bench/scheduled_cycle.py --model pretrained --users 16 --turns 5 --train-steps 30 \
+        [--data-dir DIR_OF_AN_EARLIER_GATE]
 
-What runs is the service as `advisor serve` runs it (the built-in model through transformers, the
-scheduler inside): simulated users who want short answers chat through the REST API
+What runs is the service as `advisor serve` runs it (the model through transformers, the scheduler
+inside). `--model builtin` (the default) is the 1.4M-parameter toy with the guard off, as the tests
+run it; `--model pretrained` is the served SmolLM2-135M-Instruct with everything else at the
+service's defaults (guard and safety policy on, the validated judges, the gate's defaults), so a
+data dir where a gate already ran against the same live release reuses that release's cached
+answers and HH scores. Simulated users who want short answers (`--short-words`, 35) chat through
+the REST API
 (`deploy.loop.simulate`), then the periodic trainer — its interval shortened to 6 seconds by
 `schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
 enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
@@ -28,6 +35,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _machine import cpu_model  # noqa: E402
 
 
+def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
+    """The service's defaults but a schedule that trains as soon as there is feedback, KTO, at most
+    `train_steps` steps."""
+    from service_helpers import ADMIN_TOKEN, tiny_settings
+
+    from deploy.settings import load_settings
+
+    schedule = {"schedule.train_every_minutes": 0.1, "schedule.train_method": "kto",
+                "schedule.train_max_steps": train_steps, "schedule.extract_every_minutes": 0}
+    if model == "builtin":
+        from chat.builtin import build_builtin_model
+
+        return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": 64, **schedule})
+    smollm2 = str(cache / "models" / "smollm2-135m-instruct")
+    return load_settings(environ={}, overrides={
+        "data_dir": str(data), "backend.kind": "transformers", "backend.model": smollm2, "backend.device": "cpu",
+        "judges.model_dir": smollm2, "server.admin_token": ADMIN_TOKEN, **schedule})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None)
@@ -35,24 +61,24 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--train-steps", type=int, default=120)
+    parser.add_argument("--model", choices=("builtin", "pretrained"), default="builtin")
+    parser.add_argument("--short-words", type=int, default=35,
+                        help="the users want answers of at most this many words (64 new tokens give SmolLM2 about 45)")
     args = parser.parse_args()
 
-    from service_helpers import start_service, tiny_settings
+    from service_helpers import start_service
 
-    from chat.builtin import build_builtin_model
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
-    model = build_builtin_model(args.model_cache.resolve())
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
-    settings = tiny_settings(data, model, **{
-        "backend.max_new_tokens": 64, "schedule.train_every_minutes": 0.1, "schedule.train_method": "kto",
-        "schedule.train_max_steps": args.train_steps, "schedule.extract_every_minutes": 0})
-    print(f"machine: {cpu_model()}; data {data}")
+    settings = cycle_settings(args.model, data, args.model_cache.resolve(), args.train_steps)
+    print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     live = start_service(settings)
     try:
         t0 = time.monotonic()
         summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
-                                            preference=Preference(kind="short"), max_new_tokens=64))
+                                            preference=Preference(kind="short", length_words=args.short_words),
+                                            max_new_tokens=64))
         print(f"simulation: {summary.turns} answers, reactions {dict(summary.reactions)}, errors "
               f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
         store = live.store
