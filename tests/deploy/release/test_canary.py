@@ -25,6 +25,7 @@ from deploy.release.canary import CANARY_ARM, LIVE_ARM, in_canary, judge, rate_i
 from store.outcomes import AnswerOutcome
 
 MAX_NEW_TOKENS = 40
+MIN_USERS_PER_ARM = 6
 
 
 def _outcome(i: int, user: str, arm: str, release: str, bad: bool = False, good: bool = False) -> AnswerOutcome:
@@ -145,6 +146,26 @@ def _every_answer_names_release_and_arm(store, key: str, share: float, canary_id
     return arms
 
 
+def _users_by_arm(store, key: str) -> Counter:
+    from store_peek import peek
+
+    users = peek(store, "SELECT DISTINCT c.user_id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+                        "WHERE m.role = 'assistant'")
+    return Counter(CANARY_ARM if in_canary(key, user_id, 0.5) else LIVE_ARM for (user_id,) in users)
+
+
+def _until_each_arm_has(minimum: int, store, key: str, more_users) -> None:
+    """More users until each arm has `minimum` of them, as a running canary waits for answers.
+    The key is random per canary, so 16 users can split 13 to 3, and the interval of an arm with
+    three users' answers (clustered by user) is too wide to show anything."""
+    for seed in range(100, 110):
+        if min(_users_by_arm(store, key)[arm] for arm in (CANARY_ARM, LIVE_ARM)) >= minimum:
+            return
+        extra = more_users(seed)
+        assert not extra["errors"], extra
+    pytest.fail(f"fewer than {minimum} users in an arm after 40 more users: {_users_by_arm(store, key)}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("prefer, outcome", [("short", "rollback"), ("long", "promote")])
 def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler, tmp_path):
@@ -165,6 +186,8 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
             assert started["canary"]["state"] == "running" and "key" not in started["canary"]
             first = _simulate(live.url, prefer, users=16, seed=1)
             assert not first["errors"], first
+            key = store.releases.get_release(candidate.id).decision["canary"]["key"]
+            _until_each_arm_has(MIN_USERS_PER_ARM, store, key, lambda seed: _simulate(live.url, prefer, users=4, seed=seed))
             # More users chat while the verdict is applied: nobody's request may fail.
             during: dict = {}
             chatter = threading.Thread(target=lambda: during.update(_simulate(live.url, prefer, users=4, seed=2)))
