@@ -1,9 +1,10 @@
-"""The live release's gate answers and HH scores, kept between gates, so each gate generates and
-scores only the candidate's.
+"""The live release's gate answers, HH scores and judges' scores, kept between gates, so each gate
+generates and scores only the candidate's.
 
     cache = AnswerCache.for_release(settings.data_path, live.id, [base_model_dir, adapter_dir])
     answer = cache.wrap(answer, prompt_of, generation)   # answer(questions) -> answers, cached
     scorer = cache.scorer(scorer, {"scorer": "loglik_mean"})   # scorer.score(prompts, answers), cached
+    judge = cache.judge(judge)   # judge.score / answer_risk / request_risk, cached
 
 Design choices:
 - Keyed by (release id, the prompt as the model is given it, the generation settings). The prompt
@@ -21,6 +22,8 @@ Design choices:
   whatever batch they came from. The same holds for a cached HH score (a log-likelihood computed
   in another batch can differ in the last float bits, never in which side of a pair is higher
   unless the two are within that noise, and such a near tie is a coin flip either way).
+- A judge's score is keyed by the judge's `fingerprint` (its weights, encoder and feature recipe)
+  as well as the request and answer, so refitted judges score the cached answers afresh.
 """
 
 from __future__ import annotations
@@ -86,6 +89,10 @@ class AnswerCache:
         keyed by each (conversation, answer) and `settings` (what makes the score: scorer, truncation)."""
         return CachedScorer(self, scorer, settings)
 
+    def judge(self, judge: Any) -> CachedJudge:
+        """`judge` (`evaluator.judges`: `score`, `answer_risk`, `request_risk`) with this cache in front."""
+        return CachedJudge(self, judge)
+
     def _add(self, answers: dict[str, Any]) -> None:
         self.answers.update(answers)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,14 +112,40 @@ class CachedScorer:
         self.reused = self.scored = 0
 
     def score(self, prompts: Sequence[Any], answers: Sequence[str]) -> list[float]:
-        keys = [self.cache.key({"conversation": p, "answer": a}, self.settings) for p, a in zip(prompts, answers)]
+        return self._cached("score", list(prompts), list(answers))
+
+    def _cached(self, method: str, prompts: list, answers: list | None) -> list[float]:
+        """`self.inner.<method>(prompts[, answers])` through the cache."""
+        settings = self.settings if method == "score" else {**self.settings, "method": method}
+        pairs = list(zip(prompts, answers if answers is not None else [None] * len(prompts)))
+        keys = [self.cache.key({"conversation": p, "answer": a}, settings) for p, a in pairs]
 
         def make(todo: list[int]) -> list[float]:
-            return [float(x) for x in self.inner.score([prompts[i] for i in todo], [answers[i] for i in todo])]
+            args = [[prompts[i] for i in todo]] + ([[answers[i] for i in todo]] if answers is not None else [])
+            return [float(x) for x in getattr(self.inner, method)(*args)]
 
-        out, reused = self.cache._through(keys, range(len(answers)), make)
+        out, reused = self.cache._through(keys, range(len(pairs)), make)
         self.reused, self.scored = self.reused + reused, self.scored + len(keys) - reused
         return [float(x) for x in out]
+
+
+class CachedJudge(CachedScorer):
+    """A judge (`evaluator.judges`) whose scores of one release's answers come from its cache when
+    it has them; any other attribute (`threshold`, `version`, `percentile`, ...) is the judge's own."""
+
+    def __init__(self, cache: AnswerCache, judge: Any) -> None:
+        super().__init__(cache, judge, {"judge": getattr(judge, "fingerprint", None) or judge.version})
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def answer_risk(self, requests: Sequence[Any], answers: Sequence[str]) -> list[float]:
+        return self._cached("answer_risk", list(requests), list(answers))
+
+    def request_risk(self, requests: Sequence[str]) -> list[float]:
+        return self._cached("request_risk", list(requests), None)
 
 
 def fingerprint(model_dirs: Sequence[str | Path | None]) -> list[list]:

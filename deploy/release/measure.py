@@ -30,8 +30,9 @@ Design choices:
   (`chat.guard.served_answers`: refused requests are not generated, unsafe answers become the
   refusal), then judged like the model's. With the guard off and no policy they are the same
   answers, and the details say so.
-- The live side's answers come through its `AnswerCache` when it has one (a live release): a
-  second gate against the same release generates only the candidate's answers.
+- The live side's answers, HH scores and judges' scores come through its `AnswerCache` when it has
+  one (a live release): a second gate against the same release generates and judges only the
+  candidate's answers.
 - Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats.
 """
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deploy.release.gate import AXES
@@ -130,6 +131,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     from evaluator.text import words
 
     out = SideScores()
+    inp = _judged_through_cache(inp, side.cache) if side.cache is not None else inp
     answer = _answer_fn(model, tokenizer, inp.settings, cache=side.cache)
     with use(model, side):
         inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
@@ -155,7 +157,24 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
         _hh(model, tokenizer, side, inp, out)
     if inp.steer_prompts:
         _steer(model, tokenizer, side, inp, out)
+    if side.cache is not None:
+        judges = {id(j): j for j in (inp.helpful_judge, inp.harmless_judge, inp.guard and inp.guard.judge) if j}
+        out.details["cached_judge_scores"] = {"reused": sum(j.reused for j in judges.values()),
+                                              "scored": sum(j.scored for j in judges.values())}
     return out
+
+
+def _judged_through_cache(inp: Inputs, cache: Any) -> Inputs:
+    """`inp` with its judges (the guard's too) scoring through `cache`: a judge that already
+    scored this release's answer in an earlier gate is not run on it again."""
+    wrapped: dict[int, Any] = {}
+
+    def through(judge: Any) -> Any:
+        return wrapped.setdefault(id(judge), cache.judge(judge))
+
+    guard = replace(inp.guard, judge=through(inp.guard.judge)) if inp.guard is not None else None
+    return replace(inp, helpful_judge=through(inp.helpful_judge), harmless_judge=through(inp.harmless_judge),
+                   guard=guard)
 
 
 def _served(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores, risky_answers: list[str]) -> None:

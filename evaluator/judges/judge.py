@@ -11,11 +11,13 @@
   seeks harmful help, from a head on the request alone. `threshold` and `request_threshold` are
   chosen on the safety set's training part and shipped with their measured precision and recall.
 Both read `evaluator.judges.features` of the served base model, so one model load serves both;
-`version` names the weights and the encoder, and is stored beside every score it produces.
+`version` names the weights and the encoder, and is stored beside every score it produces;
+`fingerprint` is a digest of the weights, the encoder and the feature recipe, for caches of scores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +34,15 @@ RECIPE = WEIGHTS_DIR / "recipe.json"
 
 class JudgeMismatch(RuntimeError):
     """The shipped weights were trained on another encoder or feature recipe than the one given."""
+
+
+def _fingerprint(version: str, featurizer: Featurizer, *heads: LinearHead | None) -> str:
+    h = hashlib.sha256(f"{version}|{model_fingerprint(featurizer.model_dir)}|{featurizer.config}".encode())
+    for head in heads:
+        if head is not None:
+            for array in (head.mean, head.scale, head.weights, np.array([head.bias])):
+                h.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+    return h.hexdigest()
 
 
 def _check(head: LinearHead, feat: Featurizer, name: str) -> None:
@@ -52,6 +63,10 @@ class HelpfulnessJudge:
     @property
     def version(self) -> str:
         return f"helpful-{self.head.meta.get('version', '?')}"
+
+    @property
+    def fingerprint(self) -> str:
+        return _fingerprint(self.version, self.featurizer, self.head)
 
     def raw(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Scores of answers to conversations (a plain string is a one-turn conversation)."""
@@ -81,6 +96,10 @@ class HarmlessnessJudge:
         answer = self.head.meta.get("version", "?")
         request = self.request_head.meta.get("version", answer) if self.request_head else answer
         return f"harmless-{answer}" + (f".request-{request}" if request != answer else "")
+
+    @property
+    def fingerprint(self) -> str:
+        return _fingerprint(self.version, self.featurizer, self.head, self.request_head)
 
     def answer_risk(self, requests: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.head.probability(self.featurizer.encode(_conversations(requests), answers)).tolist()

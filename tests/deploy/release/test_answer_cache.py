@@ -80,3 +80,43 @@ def test_hh_scores_are_cached_per_conversation_and_answer(tmp_path):
     assert inner.calls == [["ab", "abcd"], ["abcd", "xyz"]] and (later.reused, later.scored) == (1, 2)
     AnswerCache.for_release(tmp_path, "rel-1").scorer(inner, {**settings, "max_length": 256}).score([hi], ["ab"])
     assert len(inner.calls) == 3
+
+
+class CountingJudge:
+    """A judge with the three scoring methods, counting what it is asked to score."""
+
+    threshold, fingerprint = 0.5, "judge-a"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def score(self, prompts, answers):
+        self.calls.append(("score", len(answers)))
+        return [float(len(a)) for a in answers]
+
+    def answer_risk(self, requests, answers):
+        self.calls.append(("answer_risk", len(answers)))
+        return [0.9 if "poison" in a else 0.1 for a in answers]
+
+    def request_risk(self, requests):
+        self.calls.append(("request_risk", len(requests)))
+        return [0.8 if "poison" in r else 0.2 for r in requests]
+
+
+def test_a_judges_scores_are_cached_per_method_request_and_answer_and_its_fingerprint(tmp_path):
+    """A later gate runs the judge only on what it has not scored: each method keyed apart (a risk
+    is not a score), the request alone for the request check, and the judge's fingerprint, so a
+    refitted judge scores every answer again; its other attributes are its own."""
+    inner = CountingJudge()
+    judge = AnswerCache.for_release(tmp_path, "rel-1").judge(inner)
+    assert judge.score(["q1", "q2"], ["ab", "abc"]) == [2.0, 3.0]
+    assert judge.answer_risk(["q1"], ["use poison"]) == [0.9] and judge.request_risk(["poison it", "hi"]) == [0.8, 0.2]
+    assert judge.threshold == 0.5 and (judge.reused, judge.scored) == (0, 5)
+    later = AnswerCache.for_release(tmp_path, "rel-1").judge(inner)
+    assert later.score(["q1", "q2", "q3"], ["ab", "abc", "ab"]) == [2.0, 3.0, 2.0]
+    assert later.answer_risk(["q1", "q1"], ["use poison", "ab"]) == [0.9, 0.1]
+    assert later.request_risk(["hi"]) == [0.2]
+    assert inner.calls[3:] == [("score", 1), ("answer_risk", 1)] and (later.reused, later.scored) == (4, 2)
+    inner.fingerprint = "judge-b"  # refitted
+    assert AnswerCache.for_release(tmp_path, "rel-1").judge(inner).request_risk(["hi"]) == [0.2]
+    assert inner.calls[-1] == ("request_risk", 1)

@@ -164,9 +164,9 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
 
 def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_model_dir, tmp_path, monkeypatch):
     """The live release's answers are cached by (release, prompt, generation settings), and its HH
-    scores by (release, conversation, answer): gating again against the same live release generates
-    and scores the candidate's side only, with the same numbers; a change in the generation
-    settings misses the answers, not the HH scores."""
+    scores and judges' scores by (release, conversation, answer): gating again against the same live
+    release generates and scores the candidate's side only, with the same numbers; a change in the
+    generation settings misses the answers and their judges' scores, not the HH scores."""
     import evaluator.generation
 
     real, generated = evaluator.generation.hf_answer_fn, []
@@ -200,6 +200,10 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
     for later in (again, changed):
         assert later.details["live"]["hh"]["cached_scores"] == {"reused": scored, "scored": 0}
         assert later.live["hh_accuracy"] == first.live["hh_accuracy"]
+    judged = first.details["live"]["cached_judge_scores"]
+    assert judged["scored"] > 0 and judged["reused"] == 0  # the judges' scores of live's answers
+    assert again.details["live"]["cached_judge_scores"] == {"reused": judged["scored"], "scored": 0}
+    assert changed.details["live"]["cached_judge_scores"]["scored"] > 0  # other answers, judged afresh
 
 
 def _copy_run(store: Store, run_dir, base_model, dest) -> str:
