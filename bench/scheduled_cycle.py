@@ -49,9 +49,12 @@ def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
 
         return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": 64, **schedule})
     smollm2 = str(cache / "models" / "smollm2-135m-instruct")
+    # Extraction on its own schedule, as the service's default runs it (every 10 minutes there): the
+    # trigger counts mined feedback, and a slower model's few answers bring fewer ratings alone.
     return load_settings(environ={}, overrides={
         "data_dir": str(data), "backend.kind": "transformers", "backend.model": smollm2, "backend.device": "cpu",
-        "judges.model_dir": smollm2, "server.admin_token": ADMIN_TOKEN, **schedule})
+        "judges.model_dir": smollm2, "server.admin_token": ADMIN_TOKEN,
+        **schedule, "schedule.extract_every_minutes": 0.5})
 
 
 def main() -> None:
@@ -61,6 +64,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--train-steps", type=int, default=120)
+    parser.add_argument("--max-wait-minutes", type=float, default=120,
+                        help="give up when no scheduled cycle has ended this long after the simulation")
     parser.add_argument("--model", choices=("builtin", "pretrained"), default="builtin")
     parser.add_argument("--short-words", type=int, default=35,
                         help="the users want answers of at most this many words (64 new tokens give SmolLM2 about 45)")
@@ -88,6 +93,10 @@ def main() -> None:
                     if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
             if done:
                 break
+            if time.monotonic() - t1 > 60 * args.max_wait_minutes:
+                jobs = [(j.kind, j.trigger, j.status) for j in store.jobs.list_jobs(limit=10)]
+                sys.exit(f"no scheduled cycle ended within {args.max_wait_minutes} min of the simulation; "
+                         f"latest jobs: {jobs}")
             time.sleep(2)
         job = done[0]
         print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
@@ -96,6 +105,8 @@ def main() -> None:
             took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
             print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
         gate = (job.result or {}).get("gate") or {}
+        for step in (gate.get("details") or {}).get("steps", []):
+            print(f"    gate at {step['at_s']:7.1f} s: {step['step'][:100]}")
         for axis in (gate.get("decision") or {}).get("axes", []):
             print("  " + axis["reason"])
         print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))

@@ -30,6 +30,7 @@ Design choices:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -178,7 +179,7 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     the same prompts, decide under `settings.gate`, and store the metrics (eval_results, suite
     "gate") and the decision with its reasons and intervals on the candidate's release row (status
     `rejected` when it fails; it stays `candidate` when it passes). Never promotes."""
-    say = progress or (lambda message: log.info("gate: %s", message))
+    say, steps = _timed(progress or (lambda message: log.info("gate: %s", message)))
     candidate = candidate_release(store, settings, run_id)
     if candidate.status not in ("candidate", "rejected"):
         raise ReleaseError(f"Release {candidate.id} from run {run_id} is {candidate.status}; only a candidate "
@@ -212,7 +213,20 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     say(decision.summary())
     return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand.metrics, live=other.metrics,
                        live_release_id=live_id, notes=notes, intervals=intervals,
-                       details={"candidate": cand.details, "live": other.details, "judges": validity})
+                       details={"candidate": cand.details, "live": other.details, "judges": validity, "steps": steps})
+
+
+def _timed(say: Progress) -> tuple[Progress, list[dict]]:
+    """`say`, and the list it fills with each message and the seconds since the first call (the
+    gate's steps and where its time went, kept with its outcome)."""
+    steps: list[dict] = []
+    start = time.monotonic()
+
+    def timed(message: str) -> None:
+        steps.append({"at_s": round(time.monotonic() - start, 1), "step": message})
+        say(message)
+
+    return timed, steps
 
 
 def judge_validity(inp: Inputs, cand: Any, live: Any) -> dict:

@@ -80,6 +80,9 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         assert "at equal length Δ" in stored["axes"][0]["reason"]
         json.dumps(outcome.as_dict())
         assert any("risky prompts" in m for m in messages)
+        steps = outcome.details["steps"]  # where the gate's time went, kept with its outcome
+        assert [st["step"] for st in steps] == messages and messages[-1] == outcome.decision.summary()
+        assert [st["at_s"] for st in steps] == sorted(st["at_s"] for st in steps)
 
         again = gate_candidate(store, settings, run_id)  # the run's release is reused, not registered twice
         assert again.release_id == outcome.release_id
