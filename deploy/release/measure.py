@@ -89,7 +89,7 @@ def use(model: Any, side: Side):
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
-               cache: Any = None, sampled: bool = False, batch_size: int = 8):
+               cache: Any = None, sampled: bool = False, batch_size: int | None = None):
     """Answers to questions rendered as a chat turn renders them: the safety `policy` first in the
     system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
     `gate.max_new_tokens` long for the gate; `sampled` draws them as the service does (`backend.*`)."""
@@ -110,8 +110,8 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     tokens = b.max_new_tokens if sampled else settings.gate.max_new_tokens
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
     generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy"}
-    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size, template_kwargs=kwargs,
-                          to_messages=to_messages, sampling=sampling)
+    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size or settings.gate.batch_size,
+                          template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
     if cache is None:
         return answer
     return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
