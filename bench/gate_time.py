@@ -12,7 +12,8 @@ advice and risky prompts, steering grid, served answers) with every setting at i
 first gate ("before": nothing cached, both sides generated and scored) and the second ("after":
 the live side from the cache) are timed per step from the gate's own progress messages, and their
 decisions and per-axis values are compared: caching must not change what the gate decides. Not a
-pass/fail test; run it on a quiet machine.
+pass/fail test; run it on a quiet machine. `--root` gates an earlier run's adapter again in its
+own store, so both gates find the live side's caches as that run left them.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def timed_gate(store, settings, run_id: str) -> dict:
     return {"seconds": round(total, 1), "promote": outcome.decision.promote, "reasons": outcome.decision.reasons,
             "candidate": outcome.candidate, "live": outcome.live,
             "cached": {"answers": outcome.details["live"].get("cached_answers"),
-                       "hh_scores": outcome.details["live"].get("hh", {}).get("cached_scores")},
+                       "hh_scores": outcome.details["live"].get("hh", {}).get("cached_scores"),
+                       "judge_scores": outcome.details["live"].get("cached_judge_scores")},
             "steps": [{"at_s": round(t, 1), "step": m[:120]} for t, m in steps]}
 
 
@@ -65,6 +67,9 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=REPO / ".cache" / "test", help="holds models/smollm2-135m-instruct")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gate-time-smollm2.json")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="an earlier run's directory (printed as 'root'): its adapter and store are gated again, "
+                         "with the live side's caches as that run left them")
     args = ap.parse_args()
 
     from deploy.release.registry import ensure_base_release
@@ -72,16 +77,19 @@ def main() -> None:
     from store import Store
 
     base = (args.data_dir / "models" / "smollm2-135m-instruct").resolve()
-    root = Path(tempfile.mkdtemp(prefix="advisor-gate-time-"))
+    root = args.root or Path(tempfile.mkdtemp(prefix="advisor-gate-time-"))
     settings = load_settings(environ={}, overrides={"data_dir": str(root / "data"), "backend.model": str(base),
                                                     "judges.model_dir": str(base)})
-    t0 = time.monotonic()
-    run_dir = adapter_run(root, base, args.steps)
-    print(f"adapter: {args.steps} SFT steps in {time.monotonic() - t0:.0f}s", flush=True)
+    print(f"root: {root}", flush=True)
     with Store(settings.db_path) as store:
         ensure_base_release(store, str(base))
-        run = store.jobs.create_training_run(method="sft", run_dir=str(run_dir), base_model=str(base))
-        store.jobs.update_training_run(run.id, status="succeeded")
+        run = next((r for r in store.jobs.list_training_runs() if r.status == "succeeded"), None) if args.root else None
+        if run is None:
+            t0 = time.monotonic()
+            run_dir = adapter_run(root, base, args.steps)
+            print(f"adapter: {args.steps} SFT steps in {time.monotonic() - t0:.0f}s", flush=True)
+            run = store.jobs.create_training_run(method="sft", run_dir=str(run_dir), base_model=str(base))
+            store.jobs.update_training_run(run.id, status="succeeded")
         before = timed_gate(store, settings, run.id)
         print(f"before (nothing cached): {before['seconds']}s, promote {before['promote']}", flush=True)
         after = timed_gate(store, settings, run.id)

@@ -227,9 +227,7 @@ class GateSettings:
     helpfulness_prompts: int = pydantic.Field(default=0, ge=0)
     harmlessness_prompts: int = pydantic.Field(default=0, ge=0)
     max_new_tokens: int = pydantic.Field(default=64, ge=1)
-    # Greedy answers generated together: on the 2-core CPU, 16 take 0.72x the time per answer of
-    # 8 with the same text, 32 take 0.59x (bench/generation_batch.py); 16 keeps each decoding step
-    # short for the chats the gate shares the machine with.
+    # Greedy answers generated together (16: 0.72x the time per answer of 8 here, same text; docs/release.md).
     batch_size: int = pydantic.Field(default=16, ge=1)
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped).
