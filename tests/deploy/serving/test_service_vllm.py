@@ -194,29 +194,43 @@ def test_rollback_brings_the_base_answers_back(svc, state):
     assert svc.store.releases.get_release(state["release"]).status == "retired"
 
 
-@pytest.mark.timeout(900)  # two vLLM starts at most on a loaded 2-core box; a hang guard only
+FOLLOW_UPS = ["And if they get angry? Explain step by step.",
+              "Walk me through every step in detail, with an example for each.",
+              "Tell me everything I should think about, one point at a time, at length."]
+
+
+def _killed_mid_answer(c, vllm_server, state) -> tuple[str, list[dict]]:
+    """A conversation whose second answer lost vLLM as its first token reached the user: (its id,
+    the stream's events). The longest answer is asked for (verbosity 4, up to 900 tokens), but the
+    trained adapter may still end it within the first delta's round trip; then vLLM is started
+    again and another follow-up is tried, in a new conversation."""
+    def kill_on_first_delta(event: dict) -> None:
+        if event["type"] == "delta" and vllm_server.proc.poll() is None:
+            vllm_server.kill()
+
+    for follow_up in FOLLOW_UPS:
+        first = ask(c, PROMPTS[1])
+        assert first.status_code == 200, first.text
+        conv = first.json()["conversation_id"]
+        assert first.json()["answer"]["content"] == state["adapter_answers"][1]
+        events = stream_events(c, {"content": follow_up, "conversation_id": conv, "stream": True, "temperature": 0.0,
+                                   "max_new_tokens": 900, "attributes": {"verbosity": 4, "complexity": 4}},
+                               kill_on_first_delta)
+        if events[-1]["type"] != "done":
+            return conv, events
+        vllm_server.restart()
+    pytest.fail(f"each of {len(FOLLOW_UPS)} answers finished before vLLM was killed; ask for longer ones")
+
+
+@pytest.mark.timeout(900)  # up to four vLLM starts on a loaded 2-core box; a hang guard only
 def test_vllm_killed_mid_answer_then_back(svc, vllm_server, state):
     needs(state, "release", "adapter_answers")
     # The adapter release goes live again, so the restarted server must get it back.
     with svc.admin() as admin:
         assert admin.post(f"/api/admin/releases/{state['release']}/promote").json()["serving"] == state["release"]
     with svc.client() as c:
-        first = ask(c, PROMPTS[1])
-        assert first.status_code == 200
-        conv = first.json()["conversation_id"]
-        assert first.json()["answer"]["content"] == state["adapter_answers"][1]
-
-        def kill_on_first_delta(event: dict) -> None:
-            if event["type"] == "delta" and vllm_server.proc.poll() is None:
-                vllm_server.kill()
-
-        # Asked for the longest answer (verbosity 4, up to 900 tokens: seconds of generating on a CPU),
-        # killed as its first token reaches the user.
-        events = stream_events(c, {"content": "And if they get angry? Explain step by step.", "conversation_id": conv,
-                                   "stream": True, "temperature": 0.0, "max_new_tokens": 900,
-                                   "attributes": {"verbosity": 4, "complexity": 4}}, kill_on_first_delta)
+        conv, events = _killed_mid_answer(c, vllm_server, state)
         kinds = [e["type"] for e in events]
-        assert kinds[-1] != "done", "the answer finished before vLLM was killed; ask for a longer one"
         assert kinds[0] == "start" and "delta" in kinds and kinds[-1] == "error", kinds
         message = events[-1]["error"]["message"]
         assert "not available" in message and "Traceback" not in message and "File \"" not in message
