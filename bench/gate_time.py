@@ -10,8 +10,8 @@ base model (`ensure_base_release`), as on a fresh deployment. The gate runs as t
 (`deploy.release.evaluate.gate_candidate`, judges validated, guard on, the shipped HH sample,
 advice and risky prompts, steering grid, served answers) with every setting at its default. The
 first gate ("before": nothing cached, both sides generated and scored) and the second ("after":
-the live side from the cache) are timed per step from the gate's own progress messages, and their
-decisions and per-axis values are compared: caching must not change what the gate decides. Not a
+the live side from the cache) are timed per step (the steps the gate keeps with its outcome), and
+their decisions and per-axis values are compared: caching must not change what the gate decides. Not a
 pass/fail test; run it on a quiet machine. `--root` gates an earlier run's adapter again in its
 own store, so both gates find the live side's caches as that run left them.
 """
@@ -50,16 +50,15 @@ def adapter_run(root: Path, base_model: Path, steps: int) -> Path:
 def timed_gate(store, settings, run_id: str) -> dict:
     from deploy.release.evaluate import gate_candidate
 
-    steps: list[tuple[float, str]] = []
     t0 = time.monotonic()
-    outcome = gate_candidate(store, settings, run_id, progress=lambda m: steps.append((time.monotonic() - t0, m)))
+    outcome = gate_candidate(store, settings, run_id)
     total = time.monotonic() - t0
     return {"seconds": round(total, 1), "promote": outcome.decision.promote, "reasons": outcome.decision.reasons,
             "candidate": outcome.candidate, "live": outcome.live,
             "cached": {"answers": outcome.details["live"].get("cached_answers"),
                        "hh_scores": outcome.details["live"].get("hh", {}).get("cached_scores"),
                        "judge_scores": outcome.details["live"].get("cached_judge_scores")},
-            "steps": [{"at_s": round(t, 1), "step": m[:120]} for t, m in steps]}
+            "steps": [{**step, "step": step["step"][:120]} for step in outcome.details["steps"]]}
 
 
 def main() -> None:

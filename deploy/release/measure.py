@@ -131,7 +131,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     from evaluator.text import words
 
     out = SideScores()
-    inp = _judged_through_cache(inp, side.cache) if side.cache is not None else inp
+    inp, cached_judges = _judged_through_cache(inp, side.cache) if side.cache is not None else (inp, [])
     answer = _answer_fn(model, tokenizer, inp.settings, cache=side.cache)
     with use(model, side):
         inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
@@ -158,23 +158,26 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     if inp.steer_prompts:
         _steer(model, tokenizer, side, inp, out)
     if side.cache is not None:
-        judges = {id(j): j for j in (inp.helpful_judge, inp.harmless_judge, inp.guard and inp.guard.judge) if j}
-        out.details["cached_judge_scores"] = {"reused": sum(j.reused for j in judges.values()),
-                                              "scored": sum(j.scored for j in judges.values())}
+        out.details["cached_judge_scores"] = {"reused": sum(j.reused for j in cached_judges),
+                                              "scored": sum(j.scored for j in cached_judges)}
     return out
 
 
-def _judged_through_cache(inp: Inputs, cache: Any) -> Inputs:
-    """`inp` with its judges (the guard's too) scoring through `cache`: a judge that already
-    scored this release's answer in an earlier gate is not run on it again."""
+def _judged_through_cache(inp: Inputs, cache: Any) -> tuple[Inputs, list]:
+    """`inp` with its judges (the guard's too) scoring through `cache`, and those cached judges
+    (one per judge: the guard's is the harmlessness judge): a judge that already scored this
+    release's answer in an earlier gate is not run on it again."""
     wrapped: dict[int, Any] = {}
 
     def through(judge: Any) -> Any:
-        return wrapped.setdefault(id(judge), cache.judge(judge))
+        if id(judge) not in wrapped:
+            wrapped[id(judge)] = cache.judge(judge)
+        return wrapped[id(judge)]
 
     guard = replace(inp.guard, judge=through(inp.guard.judge)) if inp.guard is not None else None
-    return replace(inp, helpful_judge=through(inp.helpful_judge), harmless_judge=through(inp.harmless_judge),
-                   guard=guard)
+    inp = replace(inp, helpful_judge=through(inp.helpful_judge), harmless_judge=through(inp.harmless_judge),
+                  guard=guard)
+    return inp, list(wrapped.values())
 
 
 def _served(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores, risky_answers: list[str]) -> None:
