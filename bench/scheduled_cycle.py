@@ -89,19 +89,19 @@ def main() -> None:
         store = live.store
         t1 = time.monotonic()
         while True:
-            done = [j for j in store.jobs.list_jobs(kind="cycle", limit=50)
+            done = [j for j in store.jobs.list(kind="cycle", limit=50)
                     if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
             if done:
                 break
             if time.monotonic() - t1 > 60 * args.max_wait_minutes:
-                jobs = [(j.kind, j.trigger, j.status) for j in store.jobs.list_jobs(limit=10)]
+                jobs = [(j.kind, j.trigger, j.status) for j in store.jobs.list(limit=10)]
                 sys.exit(f"no scheduled cycle ended within {args.max_wait_minutes} min of the simulation; "
                          f"latest jobs: {jobs}")
             time.sleep(2)
         job = done[0]
         print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
               f"{time.monotonic() - t1:.0f}s after the simulation ended")
-        for step in store.jobs.child_jobs(job.id):
+        for step in store.jobs.children(job.id):
             took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
             print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
         gate = (job.result or {}).get("gate") or {}

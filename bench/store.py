@@ -132,7 +132,7 @@ def prefill(store: Store, turns: int) -> None:
         return prefill_postgres(store, turns)
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
-    store.users.ensure_user("past")
+    store.users.ensure("past")
     # A bulk load has no typed API on purpose: this benchmark uses the store's private SQL helper.
     with store.transaction():
         store._db.execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
@@ -148,7 +148,7 @@ def prefill_postgres(store: Store, turns: int) -> None:
     """The same rows on PostgreSQL (generate_series), then VACUUM ANALYZE: a settled table."""
     meta = GenerationMeta(backend="builtin", model="instant", attributes=Attributes(), latency_ms=120.0,
                           prompt_tokens=30, completion_tokens=47, finish_reason="stop").to_json()
-    store.users.ensure_user("past")
+    store.users.ensure("past")
     with store.transaction():
         store._db.execute("INSERT INTO conversations (id, user_id, title) SELECT 'past-c' || i, 'past', 'past' "
                        "FROM generate_series(0, ? - 1) AS t(i)", [turns])

@@ -94,14 +94,14 @@ def leader_failover(topo: Topology, store) -> dict:
     r = httpx.post(f"{topo.url}/api/admin/jobs/hold/run", headers=admin, json={"params": {"seconds": 900}}, timeout=30)
     r.raise_for_status()
     job_id = r.json()["job_id"]
-    while store.jobs.get_job(job_id).status != "running":
+    while store.jobs.get(job_id).status != "running":
         time.sleep(0.1)
     time.sleep(1)
     killed = time.monotonic()
     topo.kill_replica(leader)
     topo.leader(timeout=30)
     led = time.monotonic() - killed
-    while (job := store.jobs.get_job(job_id)).status == "running":
+    while (job := store.jobs.get(job_id)).status == "running":
         if time.monotonic() - killed > LEASE_S + 60:
             raise SystemExit(f"job {job_id} not reclaimed within {LEASE_S + 60:.0f} s of the kill")
         time.sleep(0.1)

@@ -275,12 +275,12 @@ def send(
         conversation_id = parent.conversation_id
         prior = store.conversations.thread(conversation_id, parent_id)
     elif conversation_id is not None:
-        store.conversations.get_conversation(conversation_id, user_id=user_id)
+        store.conversations.get(conversation_id, user_id=user_id)
         prior = store.conversations.thread(conversation_id)
         parent_id = prior[-1].id if prior else None
     if conversation_id is None:  # a new conversation and its first question, or neither
         def store_question() -> Message:
-            return store.conversations.start_conversation(user_id, text, source=ctx.source)[1]
+            return store.conversations.start(user_id, text, source=ctx.source)[1]
     else:
         def store_question() -> Message:
             return store.conversations.add_message(conversation_id, "user", text, parent_id=parent_id)

@@ -97,7 +97,7 @@ def audited(store: Store, actor: str, action: str, target: str = "", *, surface:
 def record(store: Store, actor: str, action: str, target: str, details: dict[str, Any]) -> None:
     """Append one entry; never raises (see the module docstring)."""
     try:
-        store.audit.audit(actor, action, target, details)
+        store.audit.record(actor, action, target, details)
     except (StoreError, OSError, ValueError, TypeError):
         log.exception("could not write the audit entry %s %s %s %s", actor, action, target, details)
 
@@ -125,9 +125,9 @@ def record_review(store: Store, actor: str, event_id: str, verdict: str, categor
 
 
 def record_safety_mark(store: Store, actor: str, message_id: str, label: str, *, surface: str) -> dict:
-    """An operator's mark on a refusal (`SafetyMarks.mark_safety`: "wrong" = it should have been answered),
+    """An operator's mark on a refusal (`SafetyMarks.mark`: "wrong" = it should have been answered),
     audited with its outcome. Raises the store's NotFound / InvalidInput."""
     with audited(store, actor, "safety_mark", message_id, surface=surface, label=label) as entry:
-        mark = store.safety.mark_safety(message_id, actor, label)
+        mark = store.safety.mark(message_id, actor, label)
         entry.details["mark_id"] = mark.id
     return mark.as_dict()

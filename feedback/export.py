@@ -62,7 +62,7 @@ def iter_conversation_records(store: Store, *, chunk: int = 500, sharing: Sharin
     """Yield one dict per conversation, reading the store a chunk of conversations at a time."""
     offset, consent = 0, {}
     while True:
-        convs = store.conversations.all_conversations(limit=chunk, offset=offset)
+        convs = store.conversations.all(limit=chunk, offset=offset)
         if not convs:
             return
         for conv in convs:
@@ -101,13 +101,13 @@ def user_export(store: Store, user_id: str, *, settings: dict | None = None) -> 
     their secret ids, consent history, training runs), plus `left_out`: what is not here and why."""
     convs, page, before = [], 200, None
     while True:
-        batch = store.conversations.list_conversations(user_id, limit=page, before=before)
+        batch = store.conversations.list(user_id, limit=page, before=before)
         convs += batch
         if len(batch) < page:
             break
         before = batch[-1].updated_at
     try:
-        user = store.users.get_user(user_id)
+        user = store.users.get(user_id)
         account = {"id": user.id, "name": user.name, "is_admin": user.is_admin, "created_at": user.created_at,
                    "training_consent": user.training_consent}
     except NotFound:  # a guest who has written nothing has no row yet

@@ -4,8 +4,8 @@ release, session and audit entry, behind one typed API, grouped by aggregate.
     from store import Store, NotFound, Message
     with Store(path) as store:            # a DuckDB file (the default), or
     with Store("postgresql://…") as store:  # a PostgreSQL database several replicas share
-        conv, question = store.conversations.start_conversation(user_id, "How do I ...?")
-        store.jobs.claim_job(job_id)
+        conv, question = store.conversations.start(user_id, "How do I ...?")
+        store.jobs.claim(job_id)
 
 `Store` holds one repository per aggregate, each over the same `Database`:
 - `users`: users, training consent and its history, web sessions, log-in attempts (`users`);
@@ -36,7 +36,8 @@ Design choices:
 - Composition, not inheritance: a repository is a class holding the shared `Database` (and the
   repositories it calls: conversations ensure their user; privacy spans users and
   conversations), so each aggregate's SQL lives in one module and each API is small enough to
-  read. Callers still pass one `Store` around. Method names are the ones the flat API had.
+  read. Callers still pass one `Store` around. A method does not repeat its repository's noun:
+  `store.releases.get(id)`, `store.jobs.create(...)`, `store.audit.record(...)`.
 - No public raw-SQL entry point: the `Database` is private to the package (`Store._db`), callers
   get typed functions and records, so the backend can change under them. `transaction()` groups
   typed calls of any repositories; it hands out nothing.

@@ -49,7 +49,7 @@ class Audit:
     def __init__(self, db: Database):
         self._db = db
 
-    def audit(self, actor: str, action: str, target: str = "", details: dict[str, Any] | None = None) -> AuditEntry:
+    def record(self, actor: str, action: str, target: str = "", details: dict[str, Any] | None = None) -> AuditEntry:
         """Append one entry; returns it."""
         entry_id = new_id()
         with self._db.transaction():
@@ -59,7 +59,7 @@ class Audit:
                                 [entry_id])
         return _entry(row)
 
-    def list_audit(self, limit: int = 100, action: str | None = None) -> list[AuditEntry]:
+    def list(self, limit: int = 100, action: str | None = None) -> list[AuditEntry]:
         """The latest entries, newest first; only one action's with `action`."""
         where, params = ("WHERE action = ? ", [action]) if action else ("", [])
         rows = self._db.read("SELECT id, actor, action, target, details, created_at FROM audit_log "

@@ -56,14 +56,14 @@ class Conversations:
     def __init__(self, db: Database, users: Users):
         self._db, self._users = db, users
 
-    def create_conversation(self, user_id: str, *, title: str = "", source: str = "ui") -> Conversation:
+    def create(self, user_id: str, *, title: str = "", source: str = "ui") -> Conversation:
         conv_id = new_id()
         with self._db.transaction():
-            self._users.ensure_user(user_id)
+            self._users.ensure(user_id)
             row = self._db.returning(_CREATE_CONVERSATION, [conv_id, user_id, title[:200], source])
         return Conversation(conv_id, user_id, title[:200], source, row[0], row[1])
 
-    def get_conversation(self, conversation_id: str, *, user_id: str | None = None) -> Conversation:
+    def get(self, conversation_id: str, *, user_id: str | None = None) -> Conversation:
         """With `user_id`, a conversation of another user is reported as not found."""
         sql = f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?"
         params: list = [conversation_id]
@@ -75,7 +75,7 @@ class Conversations:
             raise NotFound(f"No conversation {conversation_id!r} for this user.")
         return Conversation(*row)
 
-    def list_conversations(self, user_id: str, *, limit: int = 100, query: str | None = None,
+    def list(self, user_id: str, *, limit: int = 100, query: str | None = None,
                            before: datetime | None = None) -> list[Conversation]:
         """The user's conversations, most recently active first. `query` keeps those whose title
         or any message contains it (case-insensitive); `before` pages: only conversations last
@@ -93,16 +93,16 @@ class Conversations:
         rows = self._db.read(sql + " ORDER BY updated_at DESC, id LIMIT ?", [*params, limit])
         return [Conversation(*r) for r in rows]
 
-    def rename_conversation(self, conversation_id: str, user_id: str, title: str) -> Conversation:
+    def rename(self, conversation_id: str, user_id: str, title: str) -> Conversation:
         """Give one of the user's conversations a title of their own (NotFound if not theirs)."""
         title = clean_text(title, what="title", max_chars=200)
-        self.get_conversation(conversation_id, user_id=user_id)
+        self.get(conversation_id, user_id=user_id)
         with self._db.transaction():
             self._db.execute("UPDATE conversations SET title = ? WHERE id = ? AND user_id = ?",
                              [title, conversation_id, user_id])
-        return self.get_conversation(conversation_id, user_id=user_id)
+        return self.get(conversation_id, user_id=user_id)
 
-    def all_conversations(self, *, limit: int, offset: int = 0) -> list[Conversation]:
+    def all(self, *, limit: int, offset: int = 0) -> list[Conversation]:
         """Every user's conversations, oldest first, a page at a time (exports)."""
         rows = self._db.read(
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations ORDER BY created_at, id LIMIT ? OFFSET ?",
@@ -110,14 +110,14 @@ class Conversations:
         )
         return [Conversation(*r) for r in rows]
 
-    def start_conversation(self, user_id: str, text: str, *, source: str = "ui") -> tuple[Conversation, Message]:
+    def start(self, user_id: str, text: str, *, source: str = "ui") -> tuple[Conversation, Message]:
         """A new conversation titled by its first question, and that question: one transaction of
         two inserts (the cheapest way to log the first half of a turn)."""
         if not isinstance(text, str):
             raise InvalidInput("Message content must be text.")
         conv_id, msg_id, title = new_id(), new_id(), text[:80]
         with self._db.transaction():
-            self._users.ensure_user(user_id)
+            self._users.ensure(user_id)
             created, updated = self._db.returning(_CREATE_CONVERSATION, [conv_id, user_id, title, source])
             seq, msg_created = self._db.returning(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, status) "

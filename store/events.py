@@ -96,7 +96,7 @@ class Events:
     def __init__(self, db: Database):
         self._db = db
 
-    def add_feedback_events(self, events: Sequence[FeedbackEvent]) -> int:
+    def add(self, events: Sequence[FeedbackEvent]) -> int:
         """Insert events, skipping ones already stored (same message, category, span, extractor).
         Returns how many were new. Joins the caller's transaction if there is one."""
         unique: dict[tuple, FeedbackEvent] = {}
@@ -108,7 +108,7 @@ class Events:
         with self._db.transaction():
             return self._db.insert_rows("feedback_events", _EVENT_COLUMNS, columns, skip_conflicts=True)
 
-    def feedback_event_counts(self, job_id: str) -> list[tuple[str, str, int]]:
+    def counts(self, job_id: str) -> list[tuple[str, str, int]]:
         """(category, extractor, events) for the events one job inserted."""
         rows = self._db.read(
             "SELECT category, extractor, count(*) FROM feedback_events WHERE job_id = ? GROUP BY category, extractor",

@@ -9,14 +9,14 @@ Design choices:
   migration per kind.
 - A cycle's steps are jobs whose `parent_id` is the cycle's job.
 - Several replicas may share the table (PostgreSQL): a job created `queued` is run by whoever
-  claims it, and `claim_job` is one guarded UPDATE (`WHERE status = 'queued'`), so of two
+  claims it, and `claim` is one guarded UPDATE (`WHERE status = 'queued'`), so of two
   replicas claiming at once exactly one gets the row (PostgreSQL re-checks the condition on the
   row the first one changed, and the second UPDATE matches nothing).
 - Crash recovery by lease: a running row names its `owner` (the store that runs it: host, pid and
   a token, so two stores in one process are two owners) and `heartbeat_at`. On PostgreSQL each
   store renews the lease of the rows it runs every `heartbeat_s` from a daemon thread, so a
   replica that is alive (even one that lost the scheduler lock for a moment) keeps its rows, and
-  one that died stops renewing them; `stale_jobs` finds rows whose lease is older than the
+  one that died stops renewing them; `stale` finds rows whose lease is older than the
   caller's limit. A lease rather than the leader lock alone, because any process (a CLI command,
   a replica that is not leading) may run a job, and rather than pids, because replicas live on
   other hosts and in other containers. On a DuckDB file one process owns the database, so every
@@ -71,7 +71,7 @@ class Jobs:
             self._owner = f"{socket.gethostname()}:{os.getpid()}/{secrets.token_hex(3)}"
         return self._owner
 
-    def create_job(
+    def create(
         self, kind: str, *, trigger: str = "manual", params: dict | None = None,
         status: str = "running", parent_id: str | None = None,
     ) -> Job:
@@ -85,9 +85,9 @@ class Jobs:
             )
         if status == "running":
             self._keep_leases()
-        return self.get_job(job_id)
+        return self.get(job_id)
 
-    def update_job(
+    def update(
         self, job_id: str, *, status: str | None = None, result: dict | None = None, error: str | None = None,
     ) -> Job:
         """Change a job's status/result; a terminal status stamps `finished_at`."""
@@ -110,15 +110,15 @@ class Jobs:
         if sets:
             with self._db.transaction():
                 self._db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
-        return self.get_job(job_id)
+        return self.get(job_id)
 
-    def get_job(self, job_id: str) -> Job:
+    def get(self, job_id: str) -> Job:
         row = self._db.read_one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         if row is None:
             raise NotFound(f"No job {job_id!r}.")
         return job_from_row(row)
 
-    def list_jobs(self, *, kind: str | None = None, limit: int = 50) -> list[Job]:
+    def list(self, *, kind: str | None = None, limit: int = 50) -> list[Job]:
         """The newest jobs first, of one kind or all."""
         sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         params: list = []
@@ -128,12 +128,12 @@ class Jobs:
         sql += " ORDER BY created_at DESC LIMIT ?"
         return [job_from_row(r) for r in self._db.read(sql, [*params, limit])]
 
-    def child_jobs(self, parent_id: str) -> list[Job]:
+    def children(self, parent_id: str) -> list[Job]:
         """The steps of a cycle (jobs whose parent is `parent_id`), oldest first."""
         rows = self._db.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? ORDER BY created_at", [parent_id])
         return [job_from_row(r) for r in rows]
 
-    def claim_job(self, job_id: str) -> Job | None:
+    def claim(self, job_id: str) -> Job | None:
         """Move a queued job to running for this caller; None when someone else claimed it first."""
         row = self._db.returning(
             "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, now()), owner = ?, "
@@ -143,13 +143,13 @@ class Jobs:
         self._keep_leases()
         return job_from_row(row)
 
-    def queued_jobs(self, *, limit: int = 20) -> list[Job]:
+    def queued(self, *, limit: int = 20) -> list[Job]:
         """Jobs waiting to be claimed, oldest first."""
         rows = self._db.read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'queued' ORDER BY created_at LIMIT ?",
                              [limit])
         return [job_from_row(r) for r in rows]
 
-    def running_job(self, kind: str, *, exclude: str | None = None) -> Job | None:
+    def running(self, kind: str, *, exclude: str | None = None) -> Job | None:
         """The newest running job of this kind other than `exclude`, if any."""
         row = self._db.read_one(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE kind = ? AND status = 'running' AND id <> ? "
@@ -160,12 +160,12 @@ class Jobs:
 
     # ---- leases (crash recovery)
 
-    def heartbeat_jobs(self) -> int:
+    def heartbeat(self) -> int:
         """Renew the lease of every job this store runs; returns how many rows it renewed."""
         return self._db.execute("UPDATE jobs SET heartbeat_at = now() WHERE owner = ? AND status = 'running'",
                                 [self.owner])
 
-    def stale_jobs(self, stale_after_s: float) -> list[Job]:
+    def stale(self, stale_after_s: float) -> list[Job]:
         """Running rows of other owners whose lease is older than `stale_after_s` seconds (their
         process died); on a DuckDB file every running row of another owner. Oldest first."""
         rows = self._db.read(
@@ -175,8 +175,8 @@ class Jobs:
             [self.owner, not self._db.shared, float(stale_after_s)])
         return [job_from_row(r) for r in rows]
 
-    def reclaim_job(self, job: Job, error: str) -> Job | None:
-        """Mark a stale row (from `stale_jobs`) failed with `error`, unless it changed since it
+    def reclaim(self, job: Job, error: str) -> Job | None:
+        """Mark a stale row (from `stale`) failed with `error`, unless it changed since it
         was read (its owner renewed the lease or finished it): then None."""
         last: datetime | None = job.heartbeat_at
         with self._db.transaction():
@@ -184,7 +184,7 @@ class Jobs:
                 "UPDATE jobs SET status = 'failed', error = ?, finished_at = now() "
                 "WHERE id = ? AND status = 'running' AND heartbeat_at IS NOT DISTINCT FROM ?",
                 [error, job.id, last])
-        return self.get_job(job.id) if changed else None
+        return self.get(job.id) if changed else None
 
     def _keep_leases(self) -> None:
         """Start this store's lease renewal (PostgreSQL only), once."""
@@ -197,7 +197,7 @@ class Jobs:
     def _renew_leases(self) -> None:
         while not self._lease_stop.wait(self.heartbeat_s):
             try:
-                self.heartbeat_jobs()
+                self.heartbeat()
             except Exception:  # noqa: BLE001 - a database hiccup must not end the renewal
                 log.warning("could not renew the leases of %s's jobs; retrying in %.0fs", self.owner,
                             self.heartbeat_s, exc_info=True)

@@ -200,7 +200,7 @@ class Privacy:
     def delete_conversation(self, conversation_id: str, user_id: str) -> dict[str, int]:
         """Delete one of the user's conversations and what was derived from it (NotFound if it is
         not theirs)."""
-        self._conversations.get_conversation(conversation_id, user_id=user_id)
+        self._conversations.get(conversation_id, user_id=user_id)
         with self._db.transaction():
             return self._delete_conversations("SELECT id FROM conversations WHERE id = ? AND user_id = ?",
                                               [conversation_id, user_id])

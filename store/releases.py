@@ -32,7 +32,7 @@ class Releases:
     def __init__(self, db: Database):
         self._db = db
 
-    def create_release(
+    def create(
         self, *, base_model: str, adapter_path: str | None, run_id: str | None = None,
         status: str = "candidate", decision: dict | None = None, release_id: str | None = None,
     ) -> Release:
@@ -44,25 +44,25 @@ class Releases:
                 [release_id, run_id, adapter_path, base_model, status, json.dumps(decision or {}, default=str),
                  status],
             )
-        return self.get_release(release_id)
+        return self.get(release_id)
 
-    def get_release(self, release_id: str) -> Release:
+    def get(self, release_id: str) -> Release:
         row = self._db.read_one(f"SELECT {RELEASE_COLUMNS} FROM releases WHERE id = ?", [release_id])
         if row is None:
             raise NotFound(f"No release {release_id!r}.")
         return release_from_row(row)
 
-    def list_releases(self, *, limit: int = 50) -> list[Release]:
+    def list(self, *, limit: int = 50) -> list[Release]:
         rows = self._db.read(f"SELECT {RELEASE_COLUMNS} FROM releases ORDER BY created_at DESC LIMIT ?", [limit])
         return [release_from_row(r) for r in rows]
 
-    def live_release(self) -> Release | None:
+    def live(self) -> Release | None:
         row = self._db.read_one(
             f"SELECT {RELEASE_COLUMNS} FROM releases WHERE status = 'live' ORDER BY promoted_at DESC LIMIT 1"
         )
         return release_from_row(row) if row else None
 
-    def base_release(self, base_model: str) -> Release | None:
+    def base(self, base_model: str) -> Release | None:
         """The release that serves `base_model` without an adapter: the live one if it is live,
         else the one promoted last; None when there is none."""
         row = self._db.read_one(
@@ -72,7 +72,7 @@ class Releases:
         )
         return release_from_row(row) if row else None
 
-    def set_release_status(self, release_id: str, status: str, *, decision: dict | None = None) -> Release:
+    def set_status(self, release_id: str, status: str, *, decision: dict | None = None) -> Release:
         """Change a release's status. Making one live retires the previous live one in the same
         transaction, so there is never zero or two live releases."""
         with self._db.transaction():
@@ -88,7 +88,7 @@ class Releases:
                 self._db.execute("UPDATE releases SET decision = ? WHERE id = ?",
                                  [json.dumps(decision, default=str), release_id])
             coordination.notify(self._db, "release", release_id)
-        return self.get_release(release_id)
+        return self.get(release_id)
 
     # ---- evaluation results
 

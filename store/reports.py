@@ -51,7 +51,7 @@ def stats(store: Store) -> dict[str, Any]:
     likes, dislikes = store._db.analytics(
         f"SELECT count(*) FILTER (WHERE value = 1), count(*) FILTER (WHERE value = -1) FROM ({_LATEST_RATINGS})"
     )[0]
-    live = store.releases.live_release()
+    live = store.releases.live()
     return {
         "path": str(store.path),
         "schema_version": store.schema_version(),
@@ -137,7 +137,7 @@ def jobs_table(store: Store, *, limit: int = 50) -> list[dict]:
         {"id": j.id, "kind": j.kind, "trigger": j.trigger, "status": j.status, "created_at": _iso(j.created_at),
          "started_at": _iso(j.started_at), "finished_at": _iso(j.finished_at), "error": j.error,
          "result": j.result, "params": j.params, "parent_id": j.parent_id}
-        for j in store.jobs.list_jobs(limit=limit)
+        for j in store.jobs.list(limit=limit)
     ]
 
 
@@ -150,7 +150,7 @@ def releases_table(store: Store, *, limit: int = 50) -> list[dict]:
         {"id": r.id, "status": r.status, "base_model": r.base_model, "adapter_path": r.adapter_path,
          "run_id": r.run_id, "created_at": _iso(r.created_at), "promoted_at": _iso(r.promoted_at),
          "retired_at": _iso(r.retired_at), "decision": r.decision, "forgotten_users": forgotten.get(r.id, 0)}
-        for r in store.releases.list_releases(limit=limit)
+        for r in store.releases.list(limit=limit)
     ]
 
 

@@ -11,7 +11,7 @@ Design choices:
   and the history stays for the audit. The operator is the audit actor (`deploy.audit.actor_of`).
 - Only an answer the guard wrote (refused or replaced) can be marked: "wrong" means "should have
   been answered", which says nothing about an answer the guard let through.
-- The write is portable SQL (`SafetyMarks.mark_safety`); the reads parse the generation JSON, so they
+- The write is portable SQL (`SafetyMarks.mark`); the reads parse the generation JSON, so they
   are analytics SQL in DuckDB's dialect (`json_extract_string`), like `store.outcomes`.
 """
 
@@ -51,7 +51,7 @@ class SafetyMarks:
     def __init__(self, db: Database, conversations: Conversations):
         self._db, self._conversations = db, conversations
 
-    def mark_safety(self, message_id: str, operator: str, label: str) -> SafetyMark:
+    def mark(self, message_id: str, operator: str, label: str) -> SafetyMark:
         """Record an operator's mark on an answer the guard refused or replaced."""
         if label not in MARK_LABELS:
             raise InvalidInput(f"a mark is one of {', '.join(MARK_LABELS)}, got {label!r}")
@@ -65,9 +65,9 @@ class SafetyMarks:
                 raise InvalidInput("Only an answer the safety guard refused or replaced can be marked.")
             self._db.execute("INSERT INTO safety_marks (id, message_id, operator, label) VALUES (?, ?, ?, ?)",
                              [mark_id, message_id, operator, label])
-        return self.safety_marks(message_id)[-1]
+        return self.marks(message_id)[-1]
 
-    def safety_marks(self, message_id: str) -> list[SafetyMark]:
+    def marks(self, message_id: str) -> list[SafetyMark]:
         """Every mark on an answer, oldest first (the last one counts)."""
         rows = self._db.read("SELECT id, message_id, operator, label, created_at FROM safety_marks "
                              "WHERE message_id = ? ORDER BY created_at, id", [message_id])

@@ -3,7 +3,7 @@ forgotten ones; training consent and its history; a guest's data moving to their
 server side of session cookies, and what the log-in throttle remembers.
 
 Design choices:
-- `ensure_user` runs on every new conversation, so the ids known to exist are cached in the
+- `ensure` runs on every new conversation, so the ids known to exist are cached in the
   process: the turn path (benchmarked) skips two lookups. `Privacy.forget_user` removes an id from
   the cache before deleting, under the write lock, so a forgotten user cannot slip back in. On a
   shared (PostgreSQL) store another replica may forget the user, which this process's cache would
@@ -71,7 +71,7 @@ class Users:
         """Forget that the user's row exists (`Privacy.forget_user`, before it deletes the row)."""
         self._known.discard(user_id)
 
-    def ensure_user(self, user_id: str, *, name: str | None = None) -> None:
+    def ensure(self, user_id: str, *, name: str | None = None) -> None:
         """Create the user row on first sight (anonymous users get one per session cookie)."""
         if user_id in self._known and not self._db.shared:
             return
@@ -84,9 +84,9 @@ class Users:
                 self._db.execute("INSERT INTO users (id, name) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", [user_id, name])
         self._known.add(user_id)
 
-    def create_user(self, name: str, *, password_hash: str | None = None, is_admin: bool = False) -> User:
+    def create(self, name: str, *, password_hash: str | None = None, is_admin: bool = False) -> User:
         name = clean_text(name, what="user name", max_chars=100)
-        if self.get_user_by_name(name):
+        if self.get_by_name(name):
             raise InvalidInput(f"A user named {name!r} already exists.")
         user_id = new_id()
         with self._db.transaction():
@@ -94,15 +94,15 @@ class Users:
                 "INSERT INTO users (id, name, password_hash, is_admin) VALUES (?, ?, ?, ?)",
                 [user_id, name, password_hash, is_admin],
             )
-        return self.get_user(user_id)
+        return self.get(user_id)
 
-    def get_user(self, user_id: str) -> User:
+    def get(self, user_id: str) -> User:
         row = self._db.read_one(f"SELECT {USER_COLUMNS} FROM users WHERE id = ?", [user_id])
         if row is None:
             raise NotFound(f"No user {user_id!r}.")
         return User(*row)
 
-    def get_user_by_name(self, name: str) -> User | None:
+    def get_by_name(self, name: str) -> User | None:
         row = self._db.read_one(f"SELECT {USER_COLUMNS} FROM users WHERE name = ?", [name])
         return User(*row) if row else None
 
@@ -113,7 +113,7 @@ class Users:
         """Record whether the user's conversations may train the advisor (None: the default), and
         the change in the user's consent history (nothing when the value stays the same)."""
         with self._db.transaction():
-            self.ensure_user(user_id)
+            self.ensure(user_id)
             self._change_consent(user_id, consent, reason)
 
     def _change_consent(self, user_id: str, consent: bool | None, reason: str) -> bool | None:
@@ -145,7 +145,7 @@ class Users:
         if from_user == to_user:
             return {}
         with self._db.transaction():
-            self.ensure_user(to_user)
+            self.ensure(to_user)
             moved: dict[str, Any] = {
                 table: self._db.execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", [to_user, from_user])
                 for table in ("conversations", "ratings", "sibling_choices", "consent_changes")}

@@ -19,7 +19,7 @@ class Chat:
 
     def __init__(self, store, user: str):
         self.store, self.user = store, user
-        self.conv = store.conversations.create_conversation(user)
+        self.conv = store.conversations.create(user)
         self.id = self.conv.id
 
     def user_says(self, text: str, parent=None):
@@ -30,7 +30,7 @@ class Chat:
         return self.store.conversations.add_message(self.id, "assistant", text, parent_id=parent.id, generation=gen, status=status)
 
     def feedback(self, user_msg, target, category: str):
-        self.store.events.add_feedback_events([FeedbackEvent(
+        self.store.events.add([FeedbackEvent(
             conversation_id=self.id, message_id=user_msg.id, target_message_id=target.id, category=category,
             span=user_msg.content, span_start=0, span_end=len(user_msg.content),
             extractor="test", extractor_version="1",

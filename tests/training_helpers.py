@@ -59,7 +59,7 @@ def rated_answers(store, n=8):
     """`n` conversations of alice's, each a question and an answer she rated: the short answers
     up, the long ones down."""
     for i in range(n):
-        conv = store.conversations.create_conversation("alice")
+        conv = store.conversations.create("alice")
         q = store.conversations.add_message(conv.id, "user", QUESTIONS[i % 4])
         good = i % 2 == 0
         a = store.conversations.add_message(conv.id, "assistant", SHORT[i % 4] if good else LONG[i % 4], parent_id=q.id,

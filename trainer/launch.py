@@ -197,7 +197,7 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
     run_dir = runs_dir / run_id
     _acquire_lock(runs_dir, run_id)
     try:
-        job = store.jobs.get_job(r.job_id) if r.job_id else store.jobs.create_job(
+        job = store.jobs.get(r.job_id) if r.job_id else store.jobs.create(
             "train", trigger=r.trigger, params={"method": method, "run_id": run_id, "base_model": base_model,
                                               "start_adapter": start_adapter})
         card: DatasetCard = (
@@ -213,12 +213,12 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
         if card.n_train == 0:
             error = (f"no training examples for {method}: the feedback so far yields {card.n_rows} usable row(s) "
                      f"(dropped: {card.dropped or 'none'}). Collect more feedback and run extraction, then try again.")
-            store.jobs.update_job(job.id, status="failed", error=error, result={"run_id": run_id, "dataset": card.to_json()})
+            store.jobs.update(job.id, status="failed", error=error, result={"run_id": run_id, "dataset": card.to_json()})
             _release_lock(runs_dir, run_id)
             return store.jobs.update_training_run(run_id, status="failed", error=error)
         handle = start_run(run_dir, config, python=r.python)
         _set_lock_pid(runs_dir, run_id, handle.pid)
-        store.jobs.update_job(job.id, result={"run_id": run_id, "dataset": card.to_json()})
+        store.jobs.update(job.id, result={"run_id": run_id, "dataset": card.to_json()})
         return store.jobs.update_training_run(run_id, status="running")
     except BaseException:
         _release_lock(runs_dir, run_id)
@@ -241,12 +241,12 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
             metrics["adapter_dir"] = state.adapter_dir
         run = store.jobs.update_training_run(run_id, status=outcome, metrics=metrics, error=error)
         if run.job_id:
-            store.jobs.update_job(run.job_id, status=outcome, error=error,
+            store.jobs.update(run.job_id, status=outcome, error=error,
                                   result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
         _release_lock(Path(run.run_dir).parent, run_id)
     elif run.job_id and state.alive and state.last:
         # Live progress on the job row, for the operator screen.
-        store.jobs.update_job(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
+        store.jobs.update(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
                                              "loss": state.loss, "eta_s": state.eta_s})
     return TrainingStatus(run, state)
 
@@ -261,7 +261,7 @@ def recover_dead_run(store: Store, run_id: str, reason: str) -> TrainingStatus:
         error = f"{reason}, before the training process started; nothing was trained: train again"
         run = store.jobs.update_training_run(run_id, status="failed", error=error)
         if run.job_id:
-            store.jobs.update_job(run.job_id, status="failed", error=error)
+            store.jobs.update(run.job_id, status="failed", error=error)
         shutil.rmtree(run.run_dir, ignore_errors=True)
         _release_lock(Path(run.run_dir).parent, run_id)
         return TrainingStatus(run, state)
@@ -284,7 +284,7 @@ def resume_training(store: Store, run_id: str, *, python: str | None = None) -> 
         raise
     _set_lock_pid(runs_dir, run_id, handle.pid)
     if run.job_id:
-        store.jobs.update_job(run.job_id, status="running")
+        store.jobs.update(run.job_id, status="running")
     return store.jobs.update_training_run(run_id, status="running")
 
 

@@ -42,7 +42,7 @@ def on_open(ui: ChatUI, conv_id: str | None, st: dict, request: gr.Request) -> d
     if not conv_id:
         return {}
     try:
-        ui.deps.store().conversations.get_conversation(conv_id, user_id=ident.user_id)
+        ui.deps.store().conversations.get(conv_id, user_id=ident.user_id)
     except NotFound:
         return refuse(ui, st, None, "That conversation is not available (it may have been deleted).", "not_found")
     out = view_updates(ui, {**new_state(), "conv": conv_id}, ident.user_id)
@@ -102,7 +102,7 @@ def on_rename(ui: ChatUI, title: str, st: dict, request: gr.Request) -> tuple:
     if problem or not st.get("conv"):
         return gr.update(), notice(problem or "Open a conversation first, then rename it."), title
     try:
-        ui.deps.store().conversations.rename_conversation(st["conv"], ident.user_id, title or "")
+        ui.deps.store().conversations.rename(st["conv"], ident.user_id, title or "")
     except (InvalidInput, NotFound) as exc:
         return gr.update(), notice(friendly_error(exc)), title
     return conv_choices(ui, ident.user_id, st["conv"]), notice("Renamed."), ""

@@ -143,7 +143,7 @@ def on_send(ui: ChatUI, text: str, st: dict, helpfulness: float, correctness: fl
         attrs = attributes_from([helpfulness, correctness, coherence, complexity, verbosity])
         ctx = ui.deps.turn_context("ui")
         if st.get("conv"):
-            ui.deps.store().conversations.get_conversation(st["conv"], user_id=ident.user_id)
+            ui.deps.store().conversations.get(st["conv"], user_id=ident.user_id)
         turn = turns.send(ctx, user_id=ident.user_id, text=text, conversation_id=st.get("conv"),
                           parent_id=parent, attributes=attrs, params=ui.deps.sampling())
     except REFUSED as exc:

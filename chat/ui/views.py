@@ -60,7 +60,7 @@ def who_or_notice(ui: ChatUI, request: gr.Request) -> tuple[Any, str | None]:
 def conv_choices(ui: ChatUI, user_id: str, value: str | None = None, *, query: str | None = None,
                  limit: int = PAGE_SIZE) -> dict:
     """The conversation list: titles with their last activity, newest first, `limit` of them."""
-    convs = ui.deps.store().conversations.list_conversations(user_id, limit=limit, query=query or None)
+    convs = ui.deps.store().conversations.list(user_id, limit=limit, query=query or None)
     choices = [(conversation_label(conv.title, conv.updated_at), conv.id) for conv in convs]
     label = f"Conversations matching “{query.strip()}”" if query and query.strip() else "Your conversations"
     return gr.update(choices=choices, value=value, label=label)
@@ -68,7 +68,7 @@ def conv_choices(ui: ChatUI, user_id: str, value: str | None = None, *, query: s
 
 def older_button(ui: ChatUI, user_id: str, limit: int, query: str | None = None) -> dict:
     """"Show older" only while there is something older to show."""
-    more = len(ui.deps.store().conversations.list_conversations(user_id, limit=limit + 1, query=query or None)) > limit
+    more = len(ui.deps.store().conversations.list(user_id, limit=limit + 1, query=query or None)) > limit
     return gr.update(visible=more)
 
 

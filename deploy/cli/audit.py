@@ -46,7 +46,7 @@ def audit(
         entries = _from_service(url, token or settings.server.admin_token, limit, action)
     else:
         with open_store(settings) as store:
-            entries = [e.as_dict() for e in store.audit.list_audit(limit=limit, action=action)]
+            entries = [e.as_dict() for e in store.audit.list(limit=limit, action=action)]
     if as_json:
         for entry in entries:
             print(json.dumps(entry, default=str))

@@ -113,7 +113,7 @@ def _end(ctx: typer.Context, action: str, url: Optional[str], token: Optional[st
         with audited(store, cli_actor(), "canary", canary.id, surface="cli", step=action):
             if action == "check":
                 result = check_canary(store, settings, lambda c, verdict: finish(
-                    store, None, store.releases.get_release(c.id), verdict.action, verdict.reason))
+                    store, None, store.releases.get(c.id), verdict.action, verdict.reason))
                 err.print(f"{result['action']}: {result['reason']}")
                 return
             release = finish(store, None, canary, action, f"{action} by the operator", by="operator")

@@ -112,7 +112,7 @@ def ask(
     with store:
         try:
             if conversation is not None:  # before the (slow) model load
-                store.conversations.get_conversation(conversation, user_id=user_id)
+                store.conversations.get(conversation, user_id=user_id)
             if store.users.is_forgotten(user_id):
                 raise InvalidInput(f"User {user_id!r} asked to be forgotten; use another --user.")
             backend = _backend_with_progress(settings)

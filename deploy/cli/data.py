@@ -106,7 +106,7 @@ def forget(
                                               body.get("unreached_exports", []))
     else:
         with open_store(settings) as store:
-            named = store.users.get_user_by_name(user)
+            named = store.users.get_by_name(user)
             user_id = named.id if named else user
             if not yes and not typer.confirm(f"Delete all data of user {user_id}?"):
                 raise typer.Exit(1)

@@ -33,7 +33,7 @@ release_app = typer.Typer(help="Releases: list, gate, promote, roll back.", no_a
 def list_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """Every release with its status and the gate's summary."""
     with open_store(settings_of(ctx)) as store:
-        releases = store.releases.list_releases(limit=200)
+        releases = store.releases.list(limit=200)
         forgotten = store.privacy.forgotten_users_per_release()
     if as_json:
         print(json.dumps([{**r.__dict__, "forgotten_users": forgotten.get(r.id, 0)} for r in releases], default=str))

@@ -134,7 +134,7 @@ class _Cycle:
 
     def __init__(self, store: Store, settings: Settings, config: CycleConfig, deps: CycleDeps, cycle_id: str):
         self.store, self.settings, self.config, self.deps = store, settings, config, deps
-        live = store.releases.live_release()
+        live = store.releases.live()
         self.result = CycleResult(cycle_id=cycle_id, method=config.method, live_before=live.id if live else None)
         self.out = report_dir(settings.data_path, cycle_id)
         self.filter = make_safety_filter(settings, enabled=config.safety_filter)
@@ -147,12 +147,12 @@ class _Cycle:
             raise Cancelled()
 
     def record(self) -> None:
-        self.store.jobs.update_job(self.result.cycle_id, result=self.result.as_dict())
+        self.store.jobs.update(self.result.cycle_id, result=self.result.as_dict())
 
     def step(self, name: str, fn: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         if self.is_cancelled():
             raise CycleCancelled(name)
-        job = self.store.jobs.create_job(f"cycle.{name}", trigger="cycle", params={"cycle_id": self.result.cycle_id},
+        job = self.store.jobs.create(f"cycle.{name}", trigger="cycle", params={"cycle_id": self.result.cycle_id},
                                          parent_id=self.result.cycle_id)
         entry = {"step": name, "job_id": job.id, "status": "running"}
         self.result.steps.append(entry)
@@ -160,16 +160,16 @@ class _Cycle:
         try:
             out = fn(job.id) or {}
         except Cancelled:
-            self.store.jobs.update_job(job.id, status="cancelled", error="cancelled by the operator")
+            self.store.jobs.update(job.id, status="cancelled", error="cancelled by the operator")
             entry.update(status="cancelled")
             raise CycleCancelled(name) from None
         except Exception as exc:  # recorded on the step and the cycle, then the cycle stops
             message = str(exc) or type(exc).__name__
-            self.store.jobs.update_job(job.id, status="failed", error=message)
+            self.store.jobs.update(job.id, status="failed", error=message)
             entry.update(status="failed", error=message)
             raise CycleFailed(name, message) from exc
         note = out.pop("note", "")
-        self.store.jobs.update_job(job.id, status="succeeded", result=out)
+        self.store.jobs.update(job.id, status="succeeded", result=out)
         entry.update(status="succeeded", note=note)
         self.record()
         return out
@@ -205,7 +205,7 @@ class _Cycle:
         if run.status == "failed":
             raise RuntimeError(run.error)
         def progress(**kw: Any) -> None:
-            self.store.jobs.update_job(job_id, result=kw)
+            self.store.jobs.update(job_id, result=kw)
             if self.is_cancelled():
                 cancel_training(self.store, run.id)
                 raise Cancelled()
@@ -219,7 +219,7 @@ class _Cycle:
         from deploy.release.evaluate import gate_candidate
 
         def progress(*args: Any, **kw: Any) -> None:
-            self.store.jobs.update_job(job_id, result={**({"progress": args[0]} if args else {}), **kw})
+            self.store.jobs.update(job_id, result={**({"progress": args[0]} if args else {}), **kw})
             self.check_cancel()
 
         try:
@@ -236,17 +236,17 @@ class _Cycle:
 
     def _void_undecided_release(self) -> None:
         """A gate that stopped after registering the candidate leaves it rejected, not half made."""
-        for release in self.store.releases.list_releases(limit=50):
+        for release in self.store.releases.list(limit=50):
             if release.run_id == self.result.run_id and release.status == "candidate" and "promote" not in release.decision:
-                self.store.releases.set_release_status(release.id, "rejected", decision={
+                self.store.releases.set_status(release.id, "rejected", decision={
                     "promote": False, "summary": "REJECT: the gate did not finish (cycle cancelled or failed)"})
 
     def release(self, job_id: str) -> dict[str, Any]:
         release_id, passed = self.result.release_id, self.result.gate["passed"]
         if not passed:
-            release = self.store.releases.get_release(release_id)
+            release = self.store.releases.get(release_id)
             if release.status == "candidate":  # the gate run stores its decision; make the verdict explicit
-                self.store.releases.set_release_status(release_id, "rejected", decision=release.decision)
+                self.store.releases.set_status(release_id, "rejected", decision=release.decision)
             self.result.status = "rejected"
             self.result.message = (f"The gate rejected {release_id}; release {self.result.live_before or 'base'} "
                                    "keeps serving. Reasons: " + "; ".join(self.result.gate["reasons"]))
@@ -304,7 +304,7 @@ def run_cycle(store: Store, settings: Settings, config: CycleConfig, *, cycle_id
     except Exception as exc:  # a bug outside a step: still report, never leave the row running
         cycle.result.status = "failed"
         cycle.result.message = f"cycle failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-    live = store.releases.live_release()
+    live = store.releases.live()
     cycle.result.live_after = live.id if live else None
     cycle.result.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     cycle.result.report_dir = str(cycle.out)
@@ -320,20 +320,20 @@ def run_cycle(store: Store, settings: Settings, config: CycleConfig, *, cycle_id
 def run_recorded_cycle(store: Store, settings: Settings, config: CycleConfig, *, trigger: str = "cli",
                        deps: CycleDeps | None = None) -> CycleResult:
     """A cycle outside the job registry (the CLI): makes its `cycle` row and records the outcome."""
-    job = store.jobs.create_job("cycle", trigger=trigger, params=asdict(config))
+    job = store.jobs.create("cycle", trigger=trigger, params=asdict(config))
     result = run_cycle(store, settings, config, cycle_id=job.id, deps=deps)
     failed = result.status in ("failed", "cancelled")
-    store.jobs.update_job(job.id, status=result.status if failed else "succeeded", result=result.as_dict(),
+    store.jobs.update(job.id, status=result.status if failed else "succeeded", result=result.as_dict(),
                           error=result.message if failed else None)
     return result
 
 
 def last_cycle(store: Store) -> tuple[Any, list[Any]]:
     """The latest cycle's job row and its step rows (oldest first); (None, []) before the first."""
-    cycles = store.jobs.list_jobs(kind="cycle", limit=1)
+    cycles = store.jobs.list(kind="cycle", limit=1)
     if not cycles:
         return None, []
-    return cycles[0], store.jobs.child_jobs(cycles[0].id)
+    return cycles[0], store.jobs.children(cycles[0].id)
 
 
 def report_path(result: CycleResult) -> Path | None:

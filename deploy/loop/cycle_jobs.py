@@ -156,7 +156,7 @@ def register_canary_job(registry: JobRegistry, ctx: JobContext) -> None:
 def cancel_run_job(store: Store, extras: dict, job_id: str) -> dict[str, Any]:
     """Cancel a running `train` or `cycle` job (by its row id): a training run is stopped now; a
     cycle is flagged and stops at its next check (cancelling its training run, or its gate)."""
-    job = store.jobs.get_job(job_id)
+    job = store.jobs.get(job_id)
     if job.status not in ("queued", "running"):
         raise ValueError(f"job {job_id} ({job.kind}) is {job.status}; only a running job can be cancelled")
     if job.kind == "cycle":

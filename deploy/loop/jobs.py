@@ -14,7 +14,7 @@ Design choices:
   schedule, but a scheduled run fires only where `leads()` is true (the replica holding the
   scheduler's advisory lock), and every run goes to the leader: "run now" on any replica writes a
   `queued` row, and the leader `dispatch`es queued rows, each claimed by one guarded UPDATE
-  (`Jobs.claim_job`), so a row runs exactly once and per-process locks (extraction's) still see
+  (`Jobs.claim`), so a row runs exactly once and per-process locks (extraction's) still see
   every run. Rows record the replica that ran them (`result.replica`). On a DuckDB file the one
   process leads and runs its jobs at once.
 """
@@ -50,7 +50,7 @@ class JobContext:
     def progress(self, **result: Any) -> None:
         """Write partial results (progress, loss…) onto the job row while it runs."""
         if self.job is not None:
-            self.store.jobs.update_job(self.job.id, result=result)
+            self.store.jobs.update(self.job.id, result=result)
 
 
 JobFunc = Callable[[JobContext], dict | None]
@@ -121,13 +121,13 @@ class JobRegistry:
             raise KeyError(f"No job kind {kind!r}; registered kinds: {known}.")
         if self.ctx.store.shared:
             return self._enqueue(kind, trigger, params or {})
-        job = self.ctx.store.jobs.create_job(kind, trigger=trigger, params=params or {}, status="running")
+        job = self.ctx.store.jobs.create(kind, trigger=trigger, params=params or {}, status="running")
         self.scheduler.add_job(self._execute, args=[kind, job, params or {}], id=f"run:{job.id}")
         return job
 
     def _enqueue(self, kind: str, trigger: str, params: dict) -> Job:
         """Shared store: a queued row for the leader to claim; this replica claims it at once if it leads."""
-        job = self.ctx.store.jobs.create_job(kind, trigger=trigger, params=params, status="queued")
+        job = self.ctx.store.jobs.create(kind, trigger=trigger, params=params, status="queued")
         self.ctx.store.jobs.notify("jobs", job.id)
         if self.leads():
             self.dispatch()
@@ -136,21 +136,21 @@ class JobRegistry:
     def dispatch(self) -> list[str]:
         """Claim queued rows of the kinds registered here and start them; returns their ids."""
         started = []
-        for job in self.ctx.store.jobs.queued_jobs():
-            if job.kind in self._specs and (claimed := self.ctx.store.jobs.claim_job(job.id)) is not None:
+        for job in self.ctx.store.jobs.queued():
+            if job.kind in self._specs and (claimed := self.ctx.store.jobs.claim(job.id)) is not None:
                 self.scheduler.add_job(self._execute, args=[job.kind, claimed, claimed.params], id=f"run:{job.id}")
                 started.append(job.id)
         return started
 
     def run_sync(self, kind: str, *, trigger: str = "manual", params: dict | None = None) -> Job:
         """Run in the calling thread (tests, the CLI through the service)."""
-        job = self.ctx.store.jobs.create_job(kind, trigger=trigger, params=params or {}, status="running")
+        job = self.ctx.store.jobs.create(kind, trigger=trigger, params=params or {}, status="running")
         return self._execute(kind, job, params or {})
 
     def _run(self, kind: str, trigger: str, params: dict) -> None:
         if not self.leads():  # another replica holds the schedule
             return
-        job = self.ctx.store.jobs.create_job(kind, trigger=trigger, params=params, status="running")
+        job = self.ctx.store.jobs.create(kind, trigger=trigger, params=params, status="running")
         self._execute(kind, job, params)
 
     def _execute(self, kind: str, job: Job, params: dict) -> Job:
@@ -160,11 +160,11 @@ class JobRegistry:
             result = self._specs[kind].func(ctx) or {}
         except Exception as exc:  # a job's failure is recorded, never kills the scheduler
             log.error("job %s (%s) failed: %s", kind, job.id, traceback.format_exc())
-            return self.ctx.store.jobs.update_job(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
-        current = self.ctx.store.jobs.get_job(job.id)
+            return self.ctx.store.jobs.update(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
+        current = self.ctx.store.jobs.get(job.id)
         merged = {**current.result, **result, **({"replica": self.replica} if self.replica else {})}
         status = merged.pop("status", None) if merged.get("status") in ("skipped", "cancelled") else None
-        return self.ctx.store.jobs.update_job(job.id, status=status or "succeeded", result=merged)
+        return self.ctx.store.jobs.update(job.id, status=status or "succeeded", result=merged)
 
 
 def make_scheduler() -> BackgroundScheduler:

@@ -2,7 +2,7 @@
 their training runs settled, when the scheduler starts (DuckDB) or while a replica leads it.
 
 Design choices:
-- Who is dead is the store's call (`Jobs.stale_jobs`): on PostgreSQL a running row whose owner
+- Who is dead is the store's call (`Jobs.stale`): on PostgreSQL a running row whose owner
   has not renewed its lease for `store.job_lease_s` seconds (each store renews its own every
   10 s), on a DuckDB file every running row another store left (one process owns the file, so
   at start nobody else can be running anything).
@@ -11,7 +11,7 @@ Design choices:
   failed with the resume hint and loses its half-written files; one that never started is failed
   and its directory removed. The remaining stale rows (cycles, their steps, extractions, ...)
   are failed with "the process that ran it stopped: <owner> at <last heartbeat>".
-- Each row is failed by a guarded UPDATE (`Jobs.reclaim_job`): an owner that renewed its lease
+- Each row is failed by a guarded UPDATE (`Jobs.reclaim`): an owner that renewed its lease
   or finished the row in the meantime keeps it.
 - On DuckDB every unfinished training run is checked too (one process: none can be followed by a
   live one); on PostgreSQL only those of stale rows (a pid means nothing on another host).
@@ -32,7 +32,7 @@ log = logging.getLogger("advisor.recovery")
 def recover_stale_work(store: Store, settings: Settings, *, when: str) -> list[Job]:
     """Fail the rows whose process died, settling their training runs; returns the rows failed.
     `when` completes the reason: e.g. "on starting the scheduler"."""
-    stale = store.jobs.stale_jobs(settings.store.job_lease_s)
+    stale = store.jobs.stale(settings.store.job_lease_s)
     by_id = {job.id: job for job in stale}
     runs_alive = set()
     for run in store.jobs.unfinished_training_runs():
@@ -46,7 +46,7 @@ def recover_stale_work(store: Store, settings: Settings, *, when: str) -> list[J
     for job in stale:
         if job.id in runs_alive:
             continue
-        done = store.jobs.reclaim_job(job, f"{stop_reason(job)} (found by {store.jobs.owner} {when}); run it again if "
+        done = store.jobs.reclaim(job, f"{stop_reason(job)} (found by {store.jobs.owner} {when}); run it again if "
                                       "it is still wanted")
         if done is not None:
             failed.append(done)

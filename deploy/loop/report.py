@@ -49,7 +49,7 @@ def release_metrics(store: Store, current: dict | None = None) -> list[dict[str,
 
     `current`: this cycle's gate outcome (`{"release_id", "candidate", "live", "live_release_id"}`),
     whose live values belong to the release that was live while it ran."""
-    releases: list[Release] = list(reversed(store.releases.list_releases(limit=MAX_RELEASES)))
+    releases: list[Release] = list(reversed(store.releases.list(limit=MAX_RELEASES)))
     rows = [{"id": r.id, "status": r.status, "created_at": r.created_at.isoformat() if r.created_at else None,
              "metrics": _axis_values(r.decision or {}, "candidate")} for r in releases]
     if current:

@@ -54,7 +54,7 @@ def runs_dir(settings: Settings) -> Path:
 def start_point(store: Store, base_model: str, from_base: bool) -> tuple[str | None, str | None, str | None]:
     """(adapter to continue from, its release id, a note for the operator): the live release's
     adapter, unless `from_base` or it was trained on another base model."""
-    live = store.releases.live_release()
+    live = store.releases.live()
     if from_base or live is None or not live.adapter_path:
         return None, live.id if live else None, None
     if live.base_model != base_model:

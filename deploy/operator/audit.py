@@ -2,7 +2,7 @@
 first, with an action filter.
 
 Design choices:
-- The panel only shows; the rows come from the store's `list_audit`, the same read behind
+- The panel only shows; the rows come from the store's `audit.list`, the same read behind
   `GET /api/admin/audit` and `advisor audit`, which are also how to export it (JSON / JSON Lines).
 - Admin is checked on the server on every load and filter change, like every panel.
 - Details are shown as compact JSON without the columns of their own (outcome, surface), cut to
@@ -59,4 +59,4 @@ def build_audit_panel(entries: Callable[[str | None], list[AuditEntry]]) -> Pane
 # --------------------------------------------------------------------------- wiring
 
 def operator_panel(services: Any) -> PanelBuilder:
-    return build_audit_panel(lambda action: services.store.audit.list_audit(limit=LIMIT, action=action))
+    return build_audit_panel(lambda action: services.store.audit.list(limit=LIMIT, action=action))

@@ -134,13 +134,13 @@ class ControlsPanel:
 
 
 def finished_runs(store: Any) -> list[str]:
-    gated = {r.run_id for r in store.releases.list_releases(limit=500) if r.run_id}
+    gated = {r.run_id for r in store.releases.list(limit=500) if r.run_id}
     return [r.id for r in store.jobs.list_training_runs(limit=50) if r.status == "succeeded" and r.id not in gated]
 
 
 def running_jobs(store: Any) -> list[dict]:
     return [{"id": j.id, "kind": j.kind} for kind in ("cycle", "train")
-            for j in store.jobs.list_jobs(kind=kind, limit=10) if j.status in ("queued", "running")]
+            for j in store.jobs.list(kind=kind, limit=10) if j.status in ("queued", "running")]
 
 
 def operator_panel(services: Any) -> PanelBuilder:

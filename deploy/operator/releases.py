@@ -85,7 +85,7 @@ class ReleasesPanel:
 
     def view(self, ctx: PanelContext) -> tuple[str, Any]:
         store = ctx.store()
-        releases = store.releases.list_releases(limit=200)
+        releases = store.releases.list(limit=200)
         forgotten = store.privacy.forgotten_users_per_release()
         text = status_markdown(releases, self.deps.serving())
         marked = [r for r in releases if forgotten.get(r.id) and r.status in ("live", "candidate")]

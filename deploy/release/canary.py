@@ -75,7 +75,7 @@ def canary_state(release: Release | None) -> dict:
 
 def running_canary(store: Store) -> Release | None:
     """The release whose canary is running, if any (at most one at a time)."""
-    for release in store.releases.list_releases(limit=200):
+    for release in store.releases.list(limit=200):
         if release.status == "candidate" and canary_state(release).get("state") == "running":
             return release
     return None
@@ -91,7 +91,7 @@ def public_state(release: Release) -> dict:
 
 def start_canary(store: Store, backend: Any, release_id: str, settings: Any, *, force: bool = False) -> Release:
     """Make a gated candidate the canary: load its adapter beside the live one, record the state."""
-    release = store.releases.get_release(release_id)
+    release = store.releases.get(release_id)
     if release.status != "candidate":
         raise ReleaseError(f"Release {release_id} is {release.status}; only a candidate becomes a canary.")
     if not force and not (release.decision or {}).get("promote"):
@@ -103,7 +103,7 @@ def start_canary(store: Store, backend: Any, release_id: str, settings: Any, *, 
         raise ReleaseError(f"Release {release_id} has no adapter; a canary serves an adapter beside the live release.")
     if backend is not None:
         load_canary(backend, release)
-    live = store.releases.live_release()
+    live = store.releases.live()
     cs = settings.canary
     started = _now()
     state = {"state": "running", "key": secrets.token_hex(16), "share": cs.share,
@@ -113,7 +113,7 @@ def start_canary(store: Store, backend: Any, release_id: str, settings: Any, *, 
              "tolerance": cs.tolerance, "alpha": cs.alpha, "mixture_scale": cs.mixture_scale,
              "rollback_margin": cs.rollback_margin,
              "live_release": live.id if live else None, "checks": 0}
-    return store.releases.set_release_status(release_id, "candidate", decision={**release.decision, "canary": state})
+    return store.releases.set_status(release_id, "candidate", decision={**release.decision, "canary": state})
 
 
 def load_canary(backend: Any, release: Release) -> None:
@@ -241,7 +241,7 @@ def _decide(canary: Release, settings: Any, arms: dict[str, list[AnswerOutcome]]
 def record_check(store: Store, canary: Release, verdict: Verdict) -> Release:
     state = {**canary_state(canary), "last_check": verdict.as_dict()}
     state["checks"] = int(state.get("checks", 0)) + 1
-    return store.releases.set_release_status(canary.id, canary.status, decision={**canary.decision, "canary": state})
+    return store.releases.set_status(canary.id, canary.status, decision={**canary.decision, "canary": state})
 
 
 # --------------------------------------------------------------------------- ending
@@ -260,11 +260,11 @@ def finish(store: Store, backend: Any, canary: Release, action: str, reason: str
              "ended_at": _now().isoformat(timespec="seconds"), "ended_by": by, "outcome": reason}
     decision = {**canary.decision, "canary": ended}
     if action == "promote":
-        store.releases.set_release_status(canary.id, "candidate", decision=decision)
+        store.releases.set_status(canary.id, "candidate", decision=decision)
         return promote(store, backend, canary.id)
     # The adapter stays loaded: a replica that has not yet re-read the canary may still route a
     # user to it, and that request must not fail. The next promotion's `retire_adapters` frees it.
-    return store.releases.set_release_status(canary.id, "rejected" if action == "rollback" else "candidate",
+    return store.releases.set_status(canary.id, "rejected" if action == "rollback" else "candidate",
                                              decision=decision)
 
 
@@ -316,7 +316,7 @@ def last_canary(store: Store) -> Release | None:
     running = running_canary(store)
     if running is not None:
         return running
-    ended = [r for r in store.releases.list_releases(limit=200) if canary_state(r).get("ended_at")]
+    ended = [r for r in store.releases.list(limit=200) if canary_state(r).get("ended_at")]
     return max(ended, key=lambda r: canary_state(r)["ended_at"]) if ended else None
 
 

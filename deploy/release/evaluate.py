@@ -77,7 +77,7 @@ def candidate_release(store: Store, settings: Any, run_id: str) -> Release:
     from trainer.rundir import run_state
 
     run = store.jobs.get_training_run(run_id)  # NotFound says which id
-    existing = [r for r in store.releases.list_releases(limit=1000) if r.run_id == run_id]
+    existing = [r for r in store.releases.list(limit=1000) if r.run_id == run_id]
     if existing:
         return existing[0]
     if run.status != "succeeded":
@@ -94,7 +94,7 @@ def candidate_release(store: Store, settings: Any, run_id: str) -> Release:
 def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | None]:
     """(the live release to compare with, its adapter path). With no live release, or one for
     another base model, the candidate's base model without an adapter is what would keep serving."""
-    live = store.releases.live_release()
+    live = store.releases.live()
     if live is None or live.base_model != candidate.base_model:
         return None, None
     if live.id == candidate.id:
@@ -209,7 +209,7 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     stored = {**decision.as_dict(), "reasons": decision.reasons, "run_id": run_id, "live_release": live_id,
               "candidate": cand.metrics, "live": other.metrics, "intervals": intervals, "notes": notes,
               "judges": validity, "gated_at": gated_at}
-    store.releases.set_release_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
+    store.releases.set_status(candidate.id, "candidate" if decision.promote else "rejected", decision=stored)
     say(decision.summary())
     return GateOutcome(release_id=candidate.id, decision=decision, candidate=cand.metrics, live=other.metrics,
                        live_release_id=live_id, notes=notes, intervals=intervals,

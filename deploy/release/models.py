@@ -55,7 +55,7 @@ def live_release_model(settings: Settings, say: Say) -> tuple[Path, Path | None]
         return None
     try:
         with Store(target, **settings.store_options) as store:
-            live = store.releases.live_release()
+            live = store.releases.live()
     except StoreError as exc:
         say(f"Cannot read the live release ({exc}); using the built-in model. Pass --model/--adapter to choose.")
         return None

@@ -62,22 +62,22 @@ def publish_adapter(adapter_path: Path, data_dir: Path, release_id: str) -> Path
 def ensure_base_release(store: Store, base_model: str) -> Release:
     """The live release, creating a 'base' release (no adapter) when none is live yet, so every
     stored answer names the release that produced it."""
-    live = store.releases.live_release()
+    live = store.releases.live()
     if live is not None:
         return live
     release_id = BASE_RELEASE_PREFIX + Path(base_model).name[:40]
     try:
-        existing = store.releases.get_release(release_id)
+        existing = store.releases.get(release_id)
     except NotFound:
-        return store.releases.create_release(base_model=base_model, adapter_path=None, status="live", release_id=release_id,
+        return store.releases.create(base_model=base_model, adapter_path=None, status="live", release_id=release_id,
                                              decision={"summary": "the base model, live until a trained release passes the gate"})
-    return store.releases.set_release_status(existing.id, "live")
+    return store.releases.set_status(existing.id, "live")
 
 
 def no_adapter_release(store: Store, base_model: str) -> str | None:
     """The release that serves `base_model` without an adapter (the live one if it is live, else
     the one promoted last), or None when there is none."""
-    release = store.releases.base_release(base_model)
+    release = store.releases.base(base_model)
     return release.id if release else None
 
 
@@ -96,13 +96,13 @@ def register_candidate(store: Store, *, run_id: str, adapter_path: Path, base_mo
 
     release_id = "r-" + new_id()[:12]
     published = publish_adapter(adapter_path, data_dir, release_id)
-    return store.releases.create_release(base_model=base_model, adapter_path=str(published), run_id=run_id,
+    return store.releases.create(base_model=base_model, adapter_path=str(published), run_id=run_id,
                                          status="candidate", decision=decision, release_id=release_id)
 
 
 def promote(store: Store, backend, release_id: str, *, force: bool = False) -> Release:
     """Load the release into the backend, switch new requests to it, then mark it live."""
-    release = store.releases.get_release(release_id)
+    release = store.releases.get(release_id)
     if release.status == "live":
         return release
     if release.status == "rejected" and not force:
@@ -117,16 +117,16 @@ def promote(store: Store, backend, release_id: str, *, force: bool = False) -> R
     canary = dict((release.decision or {}).get("canary") or {})
     if canary.get("state") == "running":  # promoted by hand while it was the canary: the canary ends
         canary.update(state="promoted", ended_by="operator", outcome="promoted by hand during its canary")
-        store.releases.set_release_status(release_id, release.status, decision={**release.decision, "canary": canary})
-    promoted = store.releases.set_release_status(release_id, "live")
+        store.releases.set_status(release_id, release.status, decision={**release.decision, "canary": canary})
+    promoted = store.releases.set_status(release_id, "live")
     retire_adapters(store, backend)
     return promoted
 
 
 def previous_release(store: Store) -> Release | None:
     """The release that was live before the current one."""
-    live = store.releases.live_release()
-    candidates = [r for r in store.releases.list_releases(limit=500)
+    live = store.releases.live()
+    candidates = [r for r in store.releases.list(limit=500)
                   if r.status == "retired" and r.promoted_at is not None and (live is None or r.id != live.id)]
     candidates.sort(key=lambda r: r.retired_at or r.promoted_at, reverse=True)
     return candidates[0] if candidates else None
@@ -137,12 +137,12 @@ def rollback(store: Store, backend) -> Release:
     previous = previous_release(store)
     if previous is None:
         raise ReleaseError("There is no earlier live release to roll back to.")
-    live = store.releases.live_release()
+    live = store.releases.live()
     if backend is not None:
         activate(backend, previous)
-    restored = store.releases.set_release_status(previous.id, "live")
+    restored = store.releases.set_status(previous.id, "live")
     if live is not None:
-        store.releases.set_release_status(live.id, "retired", decision={**live.decision, "rolled_back_to": previous.id})
+        store.releases.set_status(live.id, "retired", decision={**live.decision, "rolled_back_to": previous.id})
     retire_adapters(store, backend)
     return restored
 
@@ -155,10 +155,10 @@ def retire_adapters(store: Store, backend) -> list[str]:
     unload is logged, never raised: the swap itself already succeeded."""
     if backend is None or not hasattr(backend, "unload_adapter"):
         return []
-    live, previous = store.releases.live_release(), previous_release(store)
+    live, previous = store.releases.live(), previous_release(store)
     keep = {r.id for r in (live, previous) if r is not None}
     # A running canary's adapter serves its share of users (deploy.release.canary).
-    keep |= {r.id for r in store.releases.list_releases(limit=200)
+    keep |= {r.id for r in store.releases.list(limit=200)
              if r.status == "candidate" and ((r.decision or {}).get("canary") or {}).get("state") == "running"}
     unloaded = []
     for name in list(backend.adapters):

@@ -32,7 +32,7 @@ router = APIRouter(prefix="/api/admin", dependencies=[Depends(admin)])
 @router.get("/audit")
 def admin_audit(format: Literal["json", "jsonl"] = "json", limit: int = Query(200, ge=1, le=100_000),
                 action: str | None = None, services: Services = Depends(services_of)):
-    entries = [e.as_dict() for e in services.store.audit.list_audit(limit=limit, action=action)]
+    entries = [e.as_dict() for e in services.store.audit.list(limit=limit, action=action)]
     if format == "jsonl":
         body = "".join(json.dumps(e, default=str) + "\n" for e in entries)
         return Response(body, media_type="application/x-ndjson")
@@ -47,7 +47,7 @@ def admin_forget_user(user: str, confirm: bool = Query(False), ident: Identity =
         raise ApiError(400, "This deletes all of the user's conversations and ratings for good. "
                             "Repeat the request with ?confirm=true to go ahead.", code="confirm_required",
                        param="confirm")
-    named = services.store.users.get_user_by_name(user)
+    named = services.store.users.get_by_name(user)
     user_id = named.id if named else user
     if user_id == "admin":
         raise ApiError(400, "The operator account cannot be forgotten.", code="invalid_input")

@@ -173,7 +173,7 @@ class Auth:
         if name.strip() == (self.settings.admin_user or "").strip():
             raise AuthError("That user name is reserved.")
         try:
-            user = self.store.users.create_user(name, password_hash=hash_password(password))
+            user = self.store.users.create(name, password_hash=hash_password(password))
         except InvalidInput as exc:
             raise AuthError(str(exc)) from None
         return self.sessions.start(Identity(user_id=user.id, name=user.name, is_admin=user.is_admin), user_agent)
@@ -192,7 +192,7 @@ class Auth:
             if hmac.compare_digest(password.encode(), s.admin_password.encode()):
                 return Identity(user_id="admin", name=name, is_admin=True)
             raise AuthError("Wrong user name or password.")
-        user = self.store.users.get_user_by_name(name) if name else None
+        user = self.store.users.get_by_name(name) if name else None
         stored = user.password_hash if user is not None else None
         if not verify_password(password, stored or _decoy_hash()) or user is None or not stored:
             raise AuthError("Wrong user name or password.")

@@ -122,7 +122,7 @@ def list_conversations(limit: int = Query(100, ge=1, le=1000), q: str | None = Q
                        services: Services = Depends(services_of)) -> dict:
     """My conversations, most recently active first; `q` searches titles and text; `before`
     (the `next_before` of the previous page) pages back."""
-    convs = services.store.conversations.list_conversations(ident.user_id, limit=limit, query=q, before=before)
+    convs = services.store.conversations.list(ident.user_id, limit=limit, query=q, before=before)
     nxt = convs[-1].updated_at.isoformat() if len(convs) == limit else None
     return {"conversations": [conversation_dict(c) for c in convs], "next_before": nxt}
 
@@ -130,7 +130,7 @@ def list_conversations(limit: int = Query(100, ge=1, le=1000), q: str | None = Q
 @router.patch("/conversations/{conversation_id}")
 def rename_conversation(conversation_id: str, body: RenameIn, ident: Identity = Depends(me),
                         services: Services = Depends(services_of)) -> dict:
-    return conversation_dict(services.store.conversations.rename_conversation(conversation_id, ident.user_id, body.title))
+    return conversation_dict(services.store.conversations.rename(conversation_id, ident.user_id, body.title))
 
 
 @router.delete("/conversations/{conversation_id}")
@@ -146,7 +146,7 @@ def delete_conversation(conversation_id: str, ident: Identity = Depends(me),
 def create_conversation(body: ConversationIn | None = None, ident: Identity = Depends(me),
                         services: Services = Depends(services_of)) -> dict:
     try:
-        conv = services.store.conversations.create_conversation(ident.user_id, title=(body.title if body else "").strip(),
+        conv = services.store.conversations.create(ident.user_id, title=(body.title if body else "").strip(),
                                                                 source="api")
     except InvalidInput as exc:
         raise as_api_error(exc) from None
@@ -157,7 +157,7 @@ def create_conversation(body: ConversationIn | None = None, ident: Identity = De
 def get_conversation(conversation_id: str, leaf: str | None = None, ident: Identity = Depends(me),
                      services: Services = Depends(services_of)) -> dict:
     store = services.store
-    conv = store.conversations.get_conversation(conversation_id, user_id=ident.user_id)
+    conv = store.conversations.get(conversation_id, user_id=ident.user_id)
     views = thread_view(store, conv.id, ident.user_id, leaf_id=leaf)
     return {**conversation_dict(conv), "messages": [v.as_dict() for v in views]}
 

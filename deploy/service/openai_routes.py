@@ -170,12 +170,12 @@ def _walk(children: dict, prior: list[tuple[str, str]]) -> tuple[int, str | None
 def _locate(store: Store, user_id: str, prior: list[tuple[str, str]], explicit: str | None) -> tuple[str | None, int, str | None]:
     """(conversation id or None for new, how many prior messages already stored, parent id)."""
     if explicit:
-        store.conversations.get_conversation(explicit, user_id=user_id)  # NotFound for others' and unknown ids
+        store.conversations.get(explicit, user_id=user_id)  # NotFound for others' and unknown ids
         matched, node = _walk(_tree(store, [explicit])[explicit], prior)
         return explicit, matched, node
     if not prior:
         return None, 0, None
-    recent = [c.id for c in store.conversations.list_conversations(user_id, limit=_MATCH_RECENT) if c.source == "openai"]
+    recent = [c.id for c in store.conversations.list(user_id, limit=_MATCH_RECENT) if c.source == "openai"]
     trees = _tree(store, recent)
     for conv in recent:  # newest first
         matched, node = _walk(trees[conv], prior)
@@ -204,7 +204,7 @@ def submit(services: Services, ident: Identity, body: ChatCompletionIn, explicit
     with store.transaction():  # locating and storing the history is one step: no half-stored history
         conv_id, matched, parent = _locate(store, ident.user_id, prior, explicit)
         if conv_id is None:
-            conv_id = store.conversations.create_conversation(ident.user_id, source="openai").id
+            conv_id = store.conversations.create(ident.user_id, source="openai").id
         for role, text in prior[matched:]:
             parent = store.conversations.add_message(conv_id, role, text, parent_id=parent).id
         again = _existing_question(store, conv_id, parent, question) if matched == len(prior) else None

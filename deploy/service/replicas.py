@@ -111,11 +111,11 @@ class Coordinator:
         from deploy.release.registry import swap_lock
 
         services = self.services
-        live = services.store.releases.live_release()
+        live = services.store.releases.live()
         if live is None or live.id == services.release_id:
             return
         with swap_lock(services):
-            if services.store.releases.live_release() is not None and services.release_id != live.id:
+            if services.store.releases.live() is not None and services.release_id != live.id:
                 log.warning("release %s went live on another replica; swapping to it", live.id)
                 services.refresh_release()
 

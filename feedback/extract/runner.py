@@ -15,7 +15,7 @@ Design choices:
   the watermark together: memory stays flat, a crash loses at most the chunk in flight, and a
   chunk is never half-applied. Events skip duplicates on (message, category, offsets,
   extractor), so a rerun adds none; a chunk's events go in as one statement
-  (`Events.add_feedback_events`). The store's typed reads supply the chunks
+  (`Events.add`). The store's typed reads supply the chunks
   (`store.analytics.user_turns_after`); this module holds no SQL.
 - Every run is a `jobs` row (kind 'extract') with counts per category and extractor, dropped
   items by reason, errors and duration; a running job's row is updated after every chunk.
@@ -78,7 +78,7 @@ def watermark_name(extractor: Extractor) -> str:
 
 
 def _running_job(store: Store, exclude: str | None = None) -> str | None:
-    job = store.jobs.running_job(JOB_KIND, exclude=exclude)
+    job = store.jobs.running(JOB_KIND, exclude=exclude)
     return job.id if job else None
 
 
@@ -87,9 +87,9 @@ def _skip(store: Store, extractor: Extractor, trigger: str, params: dict, job_id
     reason = (f"another extraction run is in progress (job {running})" if running
               else "another extraction run holds the lock")
     if job_id is None:
-        job_id = store.jobs.create_job(JOB_KIND, trigger=trigger, params=params, status="skipped").id
+        job_id = store.jobs.create(JOB_KIND, trigger=trigger, params=params, status="skipped").id
     out = JobResult(job_id, "skipped", trigger, extractor.name, reason=reason)
-    store.jobs.update_job(job_id, status="skipped", result=out.as_dict())
+    store.jobs.update(job_id, status="skipped", result=out.as_dict())
     return out
 
 
@@ -131,7 +131,7 @@ def run_extraction(
 def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, params: dict,
          progress: Callable[[JobResult], None] | None, job_id: str | None) -> JobResult:
     started = time.perf_counter()
-    job = store.jobs.create_job(JOB_KIND, trigger=trigger, params=params) if job_id is None else store.jobs.get_job(job_id)
+    job = store.jobs.create(JOB_KIND, trigger=trigger, params=params) if job_id is None else store.jobs.get(job_id)
     name = watermark_name(extractor)
     versions = getattr(extractor, "versions", {extractor.name: extractor.version})
     needs_history = bool(getattr(extractor, "needs_history", False))  # whole conversations (the LLM)
@@ -169,7 +169,7 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
                 if not store.events.move_watermark(name, cursor, new_cursor):  # compare-and-set, first: it locks the row
                     raise WatermarkMoved(
                         f"the watermark {name} moved under this run (another run wrote it); stopped without writing")
-                out.new_events += store.events.add_feedback_events(events)
+                out.new_events += store.events.add(events)
             cursor = new_cursor
             out.messages += len(rows)
             out.windows += len(windows)
@@ -177,7 +177,7 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
             out.watermark_to = cursor
             if progress is not None or out.chunks % 10 == 1:
                 _fill(store, out, stats, started)
-                store.jobs.update_job(job.id, result=out.as_dict())
+                store.jobs.update(job.id, result=out.as_dict())
                 if progress is not None:
                     progress(out)
     except ExtractorUnavailable as exc:
@@ -190,7 +190,7 @@ def _run(store: Store, extractor: Extractor, *, trigger: str, chunk_size: int, p
     out.status = "failed" if error else "succeeded"
     if error:
         out.errors.append(error)
-    store.jobs.update_job(job.id, status=out.status, result=out.as_dict(), error=error)
+    store.jobs.update(job.id, status=out.status, result=out.as_dict(), error=error)
     return out
 
 
@@ -198,7 +198,7 @@ def _fill(store: Store, out: JobResult, stats: Counter, started: float) -> None:
     """Counts of the events this job inserted (not those ignored as duplicates), and the rest."""
     per_category = {c: 0 for c in CATEGORY_IDS}
     per_extractor: dict[str, int] = {}
-    for category, extractor, n in store.events.feedback_event_counts(out.job_id):
+    for category, extractor, n in store.events.counts(out.job_id):
         per_category[category] = per_category.get(category, 0) + int(n)
         per_extractor[extractor] = per_extractor.get(extractor, 0) + int(n)
     out.per_category, out.per_extractor = per_category, per_extractor

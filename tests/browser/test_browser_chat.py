@@ -98,7 +98,7 @@ def wait_ui_idle(page) -> None:
 
 def assistant_messages(live, uid: str) -> list:
     out = []
-    for conv in live.store.conversations.list_conversations(uid):
+    for conv in live.store.conversations.list(uid):
         out += [m for m in live.store.conversations.get_messages(conv.id) if m.role == "assistant"]
     return out
 
@@ -241,7 +241,7 @@ def test_edit_a_question_starts_a_branch(page, live, context):
     hover_buttons(page, "Submit").click()
     wait_until(lambda: len(assistant_messages(live, uid)) == 2, what="the answer to the edit")
     wait_ui_idle(page)
-    conv = live.store.conversations.list_conversations(uid)[0].id
+    conv = live.store.conversations.list(uid)[0].id
     questions = [m for m in live.store.conversations.get_messages(conv) if m.role == "user"]
     assert [q.content for q in questions] == ["How do I ask for a raise?", "How do I ask for a raise after a great year?"]
     assert questions[0].parent_id == questions[1].parent_id is None
@@ -267,7 +267,7 @@ def test_reopen_a_past_conversation(page, live, context, output_dir):
     page.screenshot(path=str(output_dir / "ui-sidebar.png"), full_page=True)
     # Continuing the reopened conversation appends to it.
     send(page, live, context, "And how often should I practise?")
-    convs = live.store.conversations.list_conversations(user_id(live, context))
+    convs = live.store.conversations.list(user_id(live, context))
     guitar = next(c for c in convs if "guitar" in c.title)
     assert [m.role for m in live.store.conversations.thread(guitar.id)] == ["user", "assistant", "user", "assistant"]
 
@@ -314,7 +314,7 @@ def test_script_and_onerror_payloads_show_as_text_and_never_run(page, live, cont
                '[click me](javascript:window.__xss=3) <b>bold?</b>')
     send(page, live, context, payload)
     uid = user_id(live, context)
-    conv = live.store.conversations.list_conversations(uid)[0].id
+    conv = live.store.conversations.list(uid)[0].id
     # The other side: an answer carrying the same payload (as a model or API client could produce).
     parent = live.store.conversations.thread(conv)[-1].id
     live.store.conversations.add_message(conv, "user", "again", parent_id=parent)
@@ -343,7 +343,7 @@ def test_two_users_never_see_each_other(browser, live, output_dir):
     try:
         a = open_app(ctx_a, live.url)
         send(a, live, ctx_a, "Alice's secret: I am planning to quit in May")
-        conv_a = live.store.conversations.list_conversations(user_id(live, ctx_a))[0].id
+        conv_a = live.store.conversations.list(user_id(live, ctx_a))[0].id
         # The UI and the API resolve the same user from the same cookie.
         assert ctx_a.request.get(f"{live.url}/api/conversations/{conv_a}").status == 200
         b = open_app(ctx_b, live.url)
@@ -376,11 +376,11 @@ def test_delete_my_data_after_confirmation(page, live, context, output_dir):
     page.screenshot(path=str(output_dir / "ui-delete-confirm.png"), full_page=True)
     page.click("#delete-no")
     page.wait_for_selector("#delete-confirm", state="hidden", timeout=WAIT_MS)
-    assert live.store.conversations.list_conversations(uid)
+    assert live.store.conversations.list(uid)
     page.click("#delete-data")
     page.click("#delete-yes")
     wait_until(lambda: live.store.users.is_forgotten(uid), what="the deletion")
-    assert not live.store.conversations.list_conversations(uid)
+    assert not live.store.conversations.list(uid)
     assert peek(live.store, "SELECT count(*) FROM messages WHERE id = ?", [answer.id])[0][0] == 0
     # The page reloads into a fresh anonymous session with an empty sidebar.
     wait_until(lambda: user_id_or_none(live, context) not in (None, uid), what="a new session")
@@ -453,7 +453,7 @@ def test_model_down_shows_a_friendly_notice(browser, tmp_path, output_dir):
         assert "could not answer" in page.inner_text("#chatbot")
         assert "Traceback" not in page.content()
         uid = user_id(down, ctx)
-        conv = down.store.conversations.list_conversations(uid)[0].id
+        conv = down.store.conversations.list(uid)[0].id
         assert [m.status for m in down.store.conversations.get_messages(conv)] == ["complete", "error"]
         page.screenshot(path=str(output_dir / "ui-model-down.png"), full_page=True)
     finally:

@@ -74,7 +74,7 @@ def test_enter_sends_and_shift_enter_adds_a_line(sized, live, output_dir):
     page.keyboard.press("Enter")
     wait_until(lambda: len(assistant_messages(live, uid)) == 1, what="the answer to be stored")
     wait_ui_idle(page)
-    conv = live.store.conversations.list_conversations(uid)[0]
+    conv = live.store.conversations.list(uid)[0]
     assert live.store.conversations.get_messages(conv.id)[0].content == "First line\nsecond line"
     page.screenshot(path=str(output_dir / f"ux-chat-{size}.png"))
 
@@ -180,15 +180,15 @@ def test_delete_one_conversation_after_confirming(browser, live):  # noqa: F811
         page = open_app(ctx, live.url)
         send(page, live, ctx, "A conversation I will delete")
         uid = user_id(live, ctx)
-        conv = live.store.conversations.list_conversations(uid)[0].id
+        conv = live.store.conversations.list(uid)[0].id
         page.locator("#chatbot button[aria-label='Clear']").first.click()
         page.wait_for_selector("#conv-delete-confirm", state="visible", timeout=WAIT_MS)
         page.click("#conv-delete-no")  # kept: nothing is deleted, the thread is back
         page.wait_for_selector("#conv-delete-confirm", state="hidden", timeout=WAIT_MS)
-        assert live.store.conversations.list_conversations(uid) and "delete" in page.inner_text("#chatbot")
+        assert live.store.conversations.list(uid) and "delete" in page.inner_text("#chatbot")
         page.locator("#chatbot button[aria-label='Clear']").first.click()
         page.click("#conv-delete-yes")
-        wait_until(lambda: live.store.conversations.list_conversations(uid) == [], what="the conversation to be deleted")
+        wait_until(lambda: live.store.conversations.list(uid) == [], what="the conversation to be deleted")
         page.wait_for_function("() => !document.querySelector('#conversations').innerText.includes('will delete')",
                                timeout=WAIT_MS)
         with live.client(cookies={c["name"]: c["value"] for c in ctx.cookies()}) as api:

@@ -75,13 +75,13 @@ def test_a_refusal_marked_wrong_reaches_the_export_audited(tmp_path):
         assert set(examples["verdict"]) == {"refused", "replaced"} and refused.id in choices["choices"]
         assert rate["judged"].sum() == 5 and rate["refused"].sum() == 1 and rate["replaced"].sum() == 2
         assert panel.mark(ctx, refused.id, "wrong", nobody)[0] == "operators only"
-        assert store.safety.safety_marks(refused.id) == []
+        assert store.safety.marks(refused.id) == []
         assert panel.mark(ctx, allowed.id, "wrong", admin)[0].startswith("❌ Not recorded")  # the guard let it through
         note, *_ = panel.mark(ctx, refused.id, "wrong", admin)
-        assert note.startswith("✅") and store.safety.safety_marks(refused.id)[-1].label == "wrong"
+        assert note.startswith("✅") and store.safety.marks(refused.id)[-1].label == "wrong"
         with pytest.raises(InvalidInput):
-            store.safety.mark_safety(refused.id, "admin", "maybe")
-        audit = store.audit.list_audit(action="safety_mark")
+            store.safety.mark(refused.id, "admin", "maybe")
+        audit = store.audit.list(action="safety_mark")
         assert {(e.target, e.actor, e.details["outcome"]) for e in audit} == {
             (allowed.id, "admin", "refused"), (refused.id, "admin", "ok")}
 
@@ -100,12 +100,12 @@ def test_a_refusal_marked_wrong_reaches_the_export_audited(tmp_path):
                                      "--marked-only"], env={})
     assert [json.loads(x)["message_id"] for x in marked.read_text().splitlines()] == [refused.id]
     with Store(tmp_path / "advisor.duckdb") as store:
-        exports = store.audit.list_audit(action="export")
+        exports = store.audit.list(action="export")
         assert exports[0].target == "safety" and exports[0].details["outcome"] == "ok"
 
 
 def test_forgetting_a_user_deletes_the_marks_on_their_answers(store):
     refused, *_ = _conversations(store)
-    store.safety.mark_safety(refused.id, "admin", "wrong")
+    store.safety.mark(refused.id, "admin", "wrong")
     counts = store.privacy.forget_user("u1")
     assert counts["safety_marks"] == 1

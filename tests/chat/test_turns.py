@@ -50,7 +50,7 @@ def test_a_turn_logs_the_question_at_submit_and_the_answer_with_its_metadata(ctx
     assert g.prompt_tokens > 0 and 1 <= g.completion_tokens <= 12
     assert g.finish_reason in ("stop", "length") and g.error is None
     assert 0 < g.first_token_ms <= g.latency_ms
-    conv = store.conversations.get_conversation(turn.conversation_id, user_id="alice")
+    conv = store.conversations.get(turn.conversation_id, user_id="alice")
     assert conv.title == "How do I save money?" and conv.source == "cli"
 
 

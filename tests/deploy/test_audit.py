@@ -30,13 +30,13 @@ def _candidate(svc, tiny_model_dir, tmp_path, seed: int):
 
 
 def _latest(store, action: str):
-    return store.audit.list_audit(limit=1, action=action)[0]
+    return store.audit.list(limit=1, action=action)[0]
 
 
 def test_admin_api_actions_are_audited_with_actor_target_and_outcome(svc, tiny_model_dir, tmp_path):
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=21)
-    svc.store.releases.set_release_status(cand.id, "rejected", decision={"summary": "REJECT: worse"})
+    svc.store.releases.set_status(cand.id, "rejected", decision={"summary": "REJECT: worse"})
     with svc.admin() as admin:
         assert admin.post(f"/api/admin/releases/{cand.id}/promote").status_code == 409
         refused = _latest(svc.store, "promote")
@@ -56,7 +56,7 @@ def test_admin_api_actions_are_audited_with_actor_target_and_outcome(svc, tiny_m
         op.post("/api/login", json={"name": "admin", "password": ADMIN_PASSWORD})
         job_id = op.post("/api/admin/jobs/test-echo/run", json={"params": {"n": 1}}).json()["job_id"]
         assert op.post("/api/admin/jobs/no-such-kind/run").status_code == 404
-    ran = svc.store.audit.list_audit(limit=2, action="job")
+    ran = svc.store.audit.list(limit=2, action="job")
     assert (ran[1].actor, ran[1].target, ran[1].details["job_id"], ran[1].details["params"]) == (
         "admin", "test-echo", job_id, {"n": 1})
     assert (ran[0].target, ran[0].details["outcome"]) == ("no-such-kind", "refused")
@@ -78,7 +78,7 @@ def test_forget_through_the_api_is_audited_and_ends_the_users_sessions(svc):
 
 
 def test_the_log_is_admin_only_and_exports_as_json_and_jsonl(svc):
-    svc.store.audit.audit("cli:someone", "export", "jsonl", {"surface": "cli", "rows": 3, "outcome": "ok"})
+    svc.store.audit.record("cli:someone", "export", "jsonl", {"surface": "cli", "rows": 3, "outcome": "ok"})
     with svc.client() as anon:
         assert anon.get("/api/admin/audit").status_code == 401
     with svc.admin() as admin:
@@ -105,9 +105,9 @@ def test_cli_through_the_service_and_on_the_database(svc, tiny_model_dir, tmp_pa
 
     data = tmp_path / "direct"
     with Store(data / "advisor.duckdb") as store:
-        conv, _ = store.conversations.start_conversation("hana", "How do I say no to overtime?")
-        base = store.releases.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m")
-        store.releases.create_release(base_model="m", adapter_path=None, status="candidate", release_id="r-2")
+        conv, _ = store.conversations.start("hana", "How do I say no to overtime?")
+        base = store.releases.create(base_model="m", adapter_path=None, status="live", release_id="base-m")
+        store.releases.create(base_model="m", adapter_path=None, status="candidate", release_id="r-2")
     cli = ["--data-dir", str(data)]
     assert runner.invoke(app, [*cli, "export", "--out", str(tmp_path / "all.jsonl")]).exit_code == 0
     assert runner.invoke(app, [*cli, "release", "promote", "r-2"]).exit_code == 0
@@ -139,9 +139,9 @@ def test_operator_screen_actions_are_audited_and_the_panel_shows_them(svc, tiny_
                        refresh_triggers=[])
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=23)
-    before = len(svc.store.audit.list_audit(action="promote"))
+    before = len(svc.store.audit.list(action="promote"))
     assert releases.promote(ctx, cand.id, False, nobody)[0] == "operators only"
-    assert len(svc.store.audit.list_audit(action="promote")) == before  # refused before anything was tried
+    assert len(svc.store.audit.list(action="promote")) == before  # refused before anything was tried
     assert releases.promote(ctx, cand.id, False, admin)[0].startswith("✅")
     releases.rollback(ctx, admin)
     promote, rollback = _latest(svc.store, "promote"), _latest(svc.store, "rollback")
@@ -152,7 +152,7 @@ def test_operator_screen_actions_are_audited_and_the_panel_shows_them(svc, tiny_
     ctx = PanelContext(store=lambda: svc.store, identify=lambda request: request, denied="operators only",
                        refresh_triggers=[lambda fn, inputs, outputs, **kw: loads.append(fn)])
     with gr.Blocks():
-        build_audit_panel(lambda action: svc.store.audit.list_audit(limit=50, action=action))(ctx)
+        build_audit_panel(lambda action: svc.store.audit.list(limit=50, action=action))(ctx)
     frame = loads[0]("rollback", admin)
     assert list(frame["action"]) and set(frame["action"]) == {"rollback"} and "operator" in set(frame["via"])
     assert loads[0]("all actions", nobody).empty

@@ -16,7 +16,7 @@ def _invoke(tmp_path, *args):
 
 def test_extract_runs_once_and_records_a_job(tmp_path):
     with Store(tmp_path / "advisor.duckdb") as store:
-        conv = store.conversations.create_conversation("u1")
+        conv = store.conversations.create("u1")
         q = store.conversations.add_message(conv.id, "user", "How do I sleep better?")
         a = store.conversations.add_message(conv.id, "assistant", "Keep a wind-down routine.", parent_id=q.id)
         store.conversations.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=a.id)

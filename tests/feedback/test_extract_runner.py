@@ -34,7 +34,7 @@ def fast() -> FastExtractor:
 
 def add_conversation(store: Store, turns: list[str], user: str = "u1") -> list:
     """user, assistant, user, ... along one branch; returns the messages."""
-    conv = store.conversations.create_conversation(user)
+    conv = store.conversations.create(user)
     out, parent = [], None
     for k, text in enumerate(turns):
         msg = store.conversations.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
@@ -70,7 +70,7 @@ def test_incremental_runs_and_no_duplicates(store):
     assert again.messages == 4 and again.new_events == 0 and sum(again.per_category.values()) == 0
     assert len(events(store)) == 2
 
-    jobs = store.jobs.list_jobs(kind="extract")
+    jobs = store.jobs.list(kind="extract")
     assert len(jobs) == 4 and all(j.status == "succeeded" for j in jobs)
     last = jobs[0]
     assert last.params["extractor"] == "fast" and last.params["config"] == FastConfig.tuned().as_dict()
@@ -136,7 +136,7 @@ def test_manual_run_during_scheduled_run_is_skipped_with_reason(store):
     assert manual.status == "skipped" and results["s"].job_id in manual.reason
     assert results["s"].new_events == 5
     assert len(events(store)) == 5
-    skipped = store.jobs.get_job(manual.job_id)
+    skipped = store.jobs.get(manual.job_id)
     assert skipped.status == "skipped" and "in progress" in skipped.result["reason"]
 
 
@@ -171,7 +171,7 @@ def test_watermark_check_stops_a_run_given_the_wrong_lock(store):
     t.join(30)
     assert b.new_events == 5
     assert out["a"].status == "failed" and "moved under this run" in out["a"].errors[-1]
-    assert len(events(store)) == 5 and store.jobs.get_job(out["a"].job_id).status == "failed"
+    assert len(events(store)) == 5 and store.jobs.get(out["a"].job_id).status == "failed"
 
 
 class Down:
@@ -186,7 +186,7 @@ def test_unavailable_extractor_fails_the_job_and_keeps_the_watermark(store):
     result = run_extraction(store, Down(), lock=threading.Lock())
     assert result.status == "failed" and "retry" in result.errors[-1]
     assert store.events.get_watermark("extract:llm") == 0
-    job = store.jobs.get_job(result.job_id)
+    job = store.jobs.get(result.job_id)
     assert job.status == "failed" and "connection refused" in job.error
 
 
@@ -225,7 +225,7 @@ def test_llm_run_with_hostile_text_and_malformed_output(store):
     assert result.dropped["span_in_assistant_message"] == 1
     assert result.dropped["span_not_in_user_message"] == 1
     assert result.stats.get("truncated_output", 0) + result.dropped.get("no_json", 0) >= 1
-    assert store.jobs.get_job(result.job_id).result["dropped"] == result.dropped
+    assert store.jobs.get(result.job_id).result["dropped"] == result.dropped
 
 
 def test_prevalence_and_recent_feedback(store):
@@ -296,17 +296,17 @@ def test_llm_sees_the_whole_branch_and_reports_only_new_turns(store):
 def test_records_on_a_job_row_the_caller_made(store):
     """The service's job registry creates the row; the run fills it in (one row per run)."""
     _seed(store, 2)
-    job = store.jobs.create_job("extract", trigger="schedule", params={"by": "registry"})
+    job = store.jobs.create("extract", trigger="schedule", params={"by": "registry"})
     result = run_extraction(store, fast(), lock=threading.Lock(), job_id=job.id)
-    assert result.job_id == job.id and len(store.jobs.list_jobs(kind="extract")) == 1
-    row = store.jobs.get_job(job.id)
+    assert result.job_id == job.id and len(store.jobs.list(kind="extract")) == 1
+    row = store.jobs.get(job.id)
     assert row.status == "succeeded" and row.result["new_events"] == 2
 
     lock = threading.Lock()
     lock.acquire()
-    other = store.jobs.create_job("extract", trigger="manual")
+    other = store.jobs.create("extract", trigger="manual")
     skipped = run_extraction(store, fast(), lock=lock, wait=False, job_id=other.id)
-    assert skipped.status == "skipped" and store.jobs.get_job(other.id).status == "skipped"
+    assert skipped.status == "skipped" and store.jobs.get(other.id).status == "skipped"
     assert other.id not in skipped.reason  # it names the run holding the lock, not itself
 
 

@@ -21,7 +21,7 @@ ANSWER = "Keep a consistent schedule and build a wind-down routine without scree
 
 
 def conversation(store: Store, turns: list[str], user: str = "u1") -> list:
-    conv = store.conversations.create_conversation(user)
+    conv = store.conversations.create(user)
     out, parent = [], None
     for k, text in enumerate(turns):
         msg = store.conversations.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text, parent_id=parent)
@@ -34,7 +34,7 @@ def mine(store: Store, message, target, category: str, span: str, extractor: str
     start = message.content.index(span)
     event = FeedbackEvent(message.conversation_id, message.id, target.id, category, span, start, start + len(span),
                           extractor, f"{extractor}-test")
-    assert store.events.add_feedback_events([event]) == 1
+    assert store.events.add([event]) == 1
     return event
 
 
@@ -193,7 +193,7 @@ def test_cli_export_writes_a_gold_file(tmp_path):
     result = runner.invoke(build_cli(), ["--data-dir", str(data_dir), "extract", "reviews", "precision", "--json"])
     assert json.loads(result.stdout)["overall"]["positive"]["precision"] == 1.0
     with Store(data_dir / "advisor.duckdb") as store:
-        entry, = store.audit.list_audit(action="export")
+        entry, = store.audit.list(action="export")
         assert entry.target == "reviews-gold" and entry.details["rows"] == 1 and entry.actor.startswith("cli")
 
 
@@ -234,7 +234,7 @@ def test_admin_api_samples_reviews_and_reports_precision(svc):
         assert ok.id not in {e["id"] for e in admin.get("/api/admin/feedback/sample").json()["events"]}
         p = admin.get("/api/admin/feedback/precision").json()
         assert p["overall"]["positive"]["reviewed"] >= 2 and "Wilson" in p["method"]
-    reviews = svc.store.audit.list_audit(action="review")
+    reviews = svc.store.audit.list(action="review")
     assert {(e.target, e.details["outcome"]) for e in reviews} >= {
         (ok.id, "ok"), (wrong.id, "refused"), (wrong.id, "ok"), ("nope", "refused")}
     assert all(e.actor == "admin-token" and e.details["surface"] == "api" for e in reviews)
@@ -277,6 +277,6 @@ def test_review_panel_handlers_without_a_browser(svc):
     versions = table[table["extractor version"] != "all versions"]
     assert set(versions["extractor version"]) == {"fast fast-test"} and (versions["reviewed"] > 0).all()
     assert set(plot["category"]) <= {"positive", "aware_without_correction"} and not plot.empty
-    entries = [e for e in svc.store.audit.list_audit(action="review") if e.details["surface"] == "operator"]
+    entries = [e for e in svc.store.audit.list(action="review") if e.details["surface"] == "operator"]
     assert len(entries) == 4 and {e.actor for e in entries} == {"admin"}
     assert panel.load(ctx, nobody)[1] is None and not panel.load(ctx, admin)[0].empty

@@ -24,9 +24,9 @@ from store.attributes import Attributes
 
 def _populate(data_dir, liked: list[str], disliked: list[str]) -> None:
     with Store(data_dir / "advisor.duckdb") as store:
-        store.users.ensure_user("u1")
+        store.users.ensure("u1")
         for text, value in [(t, 1) for t in liked] + [(t, -1) for t in disliked]:
-            conv = store.conversations.create_conversation("u1", source="api")
+            conv = store.conversations.create("u1", source="api")
             q = store.conversations.add_message(conv.id, "user", "Any tips for saving money?")
             a = store.conversations.add_message(conv.id, "assistant", text, parent_id=q.id,
                                                 generation=GenerationMeta(backend="test", model="m", attributes=Attributes()))

@@ -115,8 +115,8 @@ def steering(no_steering_model_dir, tmp_path_factory):
     with Store(data_dir / "advisor.duckdb") as store:
         for i, ex in enumerate(load_corpus()):
             user = f"user-{i % 25}"
-            store.users.ensure_user(user)
-            conv = store.conversations.create_conversation(user, source="api")
+            store.users.ensure(user)
+            conv = store.conversations.create(user, source="api")
             q = store.conversations.add_message(conv.id, "user", ex.question)
             a = store.conversations.add_message(conv.id, "assistant", ex.answer, parent_id=q.id,
                                                 generation=GenerationMeta(backend="transformers", model="variant",

@@ -239,7 +239,7 @@ def learned(request, builtin_model_dir, base_answers, tmp_path_factory):
         assert cycle.run_id is not None, cycle.message
         dpo = poll_training(store, cycle.run_id)
         out["cycle"] = {"status": cycle.status, "message": cycle.message, "release_id": cycle.release_id,
-                        "live_before": live.id, "live_after": store.releases.live_release().id,
+                        "live_before": live.id, "live_after": store.releases.live().id,
                         "gate": cycle.gate.get("decision"), "steps": [s["step"] for s in cycle.steps]}
     for method, status in (("kto", kto), ("dpo", dpo)):
         t1 = time.monotonic()

@@ -108,7 +108,7 @@ def test_retention_deletes_exactly_the_old_conversations(db, data_dir):
         poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [long_ago, conv.id])
     out = apply_retention(db, settings)
     assert out["deleted"]["conversations"] == 2
-    assert [c.id for c in db.conversations.list_conversations("ann")] == [recent.id] and db.conversations.list_conversations("bob") == []
+    assert [c.id for c in db.conversations.list("ann")] == [recent.id] and db.conversations.list("bob") == []
     assert db.conversations.get_messages(recent.id) and not grep(data_dir, "Zorblax")
     assert apply_retention(db, settings_for(data_dir, **{"privacy.retention_days": 0}))["status"] == "skipped"
 
@@ -122,7 +122,7 @@ def test_retention_is_on_by_default_a_year(db, data_dir):
     poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=730), stale.id])
     poke(db, "UPDATE conversations SET updated_at = ? WHERE id = ?", [now - timedelta(days=335), idle.id])
     out = apply_retention(db, default)
-    assert out["deleted"]["conversations"] == 1 and [c.id for c in db.conversations.list_conversations("ann")] == [idle.id]
+    assert out["deleted"]["conversations"] == 1 and [c.id for c in db.conversations.list("ann")] == [idle.id]
 
 
 def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, settings, data_dir):
@@ -133,7 +133,7 @@ def test_forget_leaves_no_trace_under_the_data_directory_and_marks_releases(db, 
     card = build_dataset(db, "kto", run_dir, consent_default=True, redactor=None)
     db.jobs.create_training_run(run_id="run-1", method="kto", run_dir=str(run_dir), base_model="m")
     db.privacy.record_run_users("run-1", card.users)
-    release = db.releases.create_release(base_model="m", adapter_path=str(run_dir / "adapter"), run_id="run-1")
+    release = db.releases.create(base_model="m", adapter_path=str(run_dir / "adapter"), run_id="run-1")
     build_dataset(db, "sft", data_dir / "datasets" / "mine", consent_default=True)
     from feedback.export import export_jsonl
 
@@ -158,4 +158,4 @@ def test_deleting_one_conversation_reaches_its_copies_too(db, settings, data_dir
     build_dataset(db, "kto", data_dir / "runs" / "r", consent_default=True)
     out = delete_conversation_everywhere(db, settings, chat.id, "ann")
     assert out["deleted"]["conversations"] == 1
-    assert grep(data_dir, "Zorblax") == [] and [c.id for c in db.conversations.list_conversations("ann")] == [keep.id]
+    assert grep(data_dir, "Zorblax") == [] and [c.id for c in db.conversations.list("ann")] == [keep.id]

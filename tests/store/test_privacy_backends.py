@@ -89,7 +89,7 @@ def _sign_in(store, guest: str, account: str) -> dict:
 
 
 def test_a_guests_opt_out_survives_signing_in_and_is_audited(both):
-    account = both.users.create_user("dana", password_hash="x")
+    account = both.users.create("dana", password_hash="x")
     both.users.set_training_consent(account.id, True)
     Chat(both, "guest-1").user_says("Keep this out of training, please.")
     both.users.set_training_consent("guest-1", False)
@@ -100,24 +100,24 @@ def test_a_guests_opt_out_survives_signing_in_and_is_audited(both):
     history = both.users.consent_history(account.id)
     assert [(old, new, why) for old, new, why, _ in history] == [
         (None, True, "set by the user"), (None, False, "set by the user"), (True, False, MERGED)]
-    entry = both.audit.list_audit(limit=1, action="consent")[0]
+    entry = both.audit.list(limit=1, action="consent")[0]
     assert (entry.actor, entry.target) == (account.id, account.id)
     assert entry.details["old"] is True and entry.details["new"] is False
     assert entry.details["reason"] == MERGED and entry.details["guest"] == "guest-1"
 
 
 def test_signing_in_never_loosens_consent_and_changes_nothing_when_already_strict(both):
-    strict = both.users.create_user("erin", password_hash="x")
+    strict = both.users.create("erin", password_hash="x")
     both.users.set_training_consent(strict.id, False)
     Chat(both, "guest-2").user_says("Use my chats, I don't mind.")
     both.users.set_training_consent("guest-2", True)
     moved = _sign_in(both, "guest-2", strict.id)
     assert both.users.training_consent(strict.id) is False and "consent" not in moved
-    assert both.audit.list_audit(action="consent") == []
+    assert both.audit.list(action="consent") == []
 
     # A guest who never chose, under a deployment whose default may be "no": the account's
     # opt-in is not applied to the guest's conversations.
-    keen = both.users.create_user("finn", password_hash="x")
+    keen = both.users.create("finn", password_hash="x")
     both.users.set_training_consent(keen.id, True)
     Chat(both, "guest-3").user_says("Hello")
     _sign_in(both, "guest-3", keen.id)
@@ -273,7 +273,7 @@ def test_every_cli_export_is_recorded_and_forget_names_those_it_cannot_reach(sto
         assert "recorded this export" in result.output
     with Store(store_target) as store:
         records = store.privacy.exports_since(datetime.now(timezone.utc) - timedelta(hours=1))
-        audit = store.audit.list_audit(action="export")
+        audit = store.audit.list(action="export")
     assert [(r.what, r.path) for r in records] == [
         ("jsonl", str(outside.resolve())), ("parquet", str(inside.resolve())), ("jsonl for sharing", "stdout")]
     assert records[0].row_count == 1 and records[1].row_count == 4
@@ -284,5 +284,5 @@ def test_every_cli_export_is_recorded_and_forget_names_those_it_cannot_reach(sto
     assert ("exports written before the forget that may still hold this user's data: "
             f"{outside.resolve()}, stdout") in " ".join(result.output.split())
     with Store(store_target) as store:
-        entry = store.audit.list_audit(limit=1, action="forget")[0]
+        entry = store.audit.list(limit=1, action="forget")[0]
     assert entry.details["unreached_exports"] == [str(outside.resolve()), "stdout"]

@@ -31,7 +31,7 @@ def _answer(store: Store, conv_id: str, parent_id: str, text: str, verbosity: in
 
 
 def _turn(store: Store, user: str, question: str, answer: str):
-    conv = store.conversations.create_conversation(user)
+    conv = store.conversations.create(user)
     q = store.conversations.add_message(conv.id, "user", question)
     a = _answer(store, conv.id, q.id, answer)
     return conv, q, a
@@ -51,7 +51,7 @@ def test_generation_metadata_round_trip(store):
     got = store.conversations.get_message(a.id)
     assert got.generation.attributes == Attributes(verbosity=2)
     assert got.generation.completion_tokens == 5 and got.generation.finish_reason == "stop"
-    assert store.conversations.get_conversation(conv.id).title == "How do I sleep better?"
+    assert store.conversations.get(conv.id).title == "How do I sleep better?"
 
 
 def test_generation_metadata_reads_typed_through_the_view(store):
@@ -64,7 +64,7 @@ def test_generation_metadata_reads_typed_through_the_view(store):
 
 
 def test_hostile_error_text_and_a_broken_timer_are_stored(store):
-    conv = store.conversations.create_conversation("alice")
+    conv = store.conversations.create("alice")
     q = store.conversations.add_message(conv.id, "user", "Q")
     meta = GenerationMeta(backend="b", model="m", attributes=Attributes(), latency_ms=float("nan"),
                           error='"}, "verbosity": 0 \\ \u0000 \'); DROP TABLE messages; --', finish_reason="error")
@@ -138,7 +138,7 @@ def test_regenerate_makes_siblings_and_choice_picks_branch(store):
 def test_other_users_rows_are_not_found(store):
     conv, q, a = _turn(store, "alice", "Q", "A")
     with pytest.raises(NotFound):
-        store.conversations.get_conversation(conv.id, user_id="bob")
+        store.conversations.get(conv.id, user_id="bob")
     with pytest.raises(NotFound):
         store.conversations.rate(a.id, "bob", 1)
     with pytest.raises(NotFound):
@@ -149,7 +149,7 @@ def test_other_users_rows_are_not_found(store):
 def test_forget_removes_only_that_user(store):
     conv, q, a = _turn(store, "alice", "Q", "A")
     store.conversations.rate(a.id, "alice", -1, reasons=["too long"], comment="meh")
-    store.events.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "Q", 0, 1, "fast", "1")])
+    store.events.add([FeedbackEvent(conv.id, q.id, a.id, "positive", "Q", 0, 1, "fast", "1")])
     other, oq, oa = _turn(store, "bob", "Q2", "A2")
     store.conversations.rate(oa.id, "bob", 1)
     before = store.stats()["rows"]
@@ -165,27 +165,27 @@ def test_forget_removes_only_that_user(store):
     assert [m.content for m in store.conversations.thread(other.id)] == ["Q2", "A2"]
     assert len(store.conversations.ratings(oa.id)) == 1
     with pytest.raises(InvalidInput):
-        store.conversations.create_conversation("alice")  # a forgotten id is never written again
+        store.conversations.create("alice")  # a forgotten id is never written again
 
 
 def test_feedback_events_deduplicate(store):
     conv, q, a = _turn(store, "alice", "thanks", "A")
     ev = FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")
-    assert store.events.add_feedback_events([ev]) == 1
-    assert store.events.add_feedback_events([FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")]) == 0
+    assert store.events.add([ev]) == 1
+    assert store.events.add([FeedbackEvent(conv.id, q.id, a.id, "positive", "thanks", 0, 6, "fast", "1")]) == 0
 
 
 def test_one_live_release_at_a_time(store):
-    r1 = store.releases.create_release(base_model="b", adapter_path=None, status="live")
-    r2 = store.releases.create_release(base_model="b", adapter_path="/x")
-    store.releases.set_release_status(r2.id, "live", decision={"promote": True})
-    assert store.releases.live_release().id == r2.id
-    assert store.releases.get_release(r1.id).status == "retired"
-    assert store.releases.get_release(r2.id).decision == {"promote": True}
+    r1 = store.releases.create(base_model="b", adapter_path=None, status="live")
+    r2 = store.releases.create(base_model="b", adapter_path="/x")
+    store.releases.set_status(r2.id, "live", decision={"promote": True})
+    assert store.releases.live().id == r2.id
+    assert store.releases.get(r1.id).status == "retired"
+    assert store.releases.get(r2.id).decision == {"promote": True}
 
 
 def test_failed_transaction_writes_nothing(store):
-    conv = store.conversations.create_conversation("alice")
+    conv = store.conversations.create("alice")
     before = store.stats()["rows"]["messages"]
     with pytest.raises(RuntimeError):
         with store.transaction():

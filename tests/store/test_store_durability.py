@@ -35,7 +35,7 @@ def log_turn(store: Store, user_id: str, i: int, conversation_id: str | None = N
     in one transaction, the answer with its metadata in another. Returns the three ids."""
     with store.transaction():
         if conversation_id is None:
-            conversation_id = store.conversations.create_conversation(user_id, source="cli").id
+            conversation_id = store.conversations.create(user_id, source="cli").id
         question = store.conversations.add_message(conversation_id, "user", f"question {i} from {user_id}", parent_id=parent_id)
     answer = store.conversations.add_message(conversation_id, "assistant", f"answer {i} " + "advice " * 40,
                                              parent_id=question.id, generation=META)

@@ -34,7 +34,7 @@ def test_extraction_never_skips_a_message_committed_late(pg_url):
     """A message that took its seq before others but commits after them is still extracted: the
     bound waits for it instead of moving past it (a plain max(seq) would have)."""
     with Store(pg_url, settle_timeout_s=0.3) as store:
-        conv = store.conversations.create_conversation("u1")
+        conv = store.conversations.create("u1")
         q = store.conversations.add_message(conv.id, "user", "How do I sleep better?")
         a = store.conversations.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
         assert store.conversations.last_message_seq() == a.seq  # settled, nothing running
@@ -44,7 +44,7 @@ def test_extraction_never_skips_a_message_committed_late(pg_url):
             "INSERT INTO messages (id, conversation_id, parent_id, role, content) "
             "VALUES ('late', %s, %s, 'user', 'Thanks, that''s really helpful!') RETURNING seq",
             [conv.id, a.id]).fetchone()[0]
-        other = store.conversations.create_conversation("u2")
+        other = store.conversations.create("u2")
         q2 = store.conversations.add_message(other.id, "user", "How do I stop procrastinating?")
         a2 = store.conversations.add_message(other.id, "assistant", "Try the Pomodoro technique.", parent_id=q2.id)
         f2 = store.conversations.add_message(other.id, "user", "That's not what I asked.", parent_id=a2.id)
@@ -109,13 +109,13 @@ def test_a_v1_database_upgrades_keeping_its_generation_metadata(pg_url):
 
 def test_a_queued_job_is_claimed_exactly_once(pg_url):
     with Store(pg_url) as a, Store(pg_url) as b:
-        jobs = [a.jobs.create_job("extract", trigger="manual", status="queued") for _ in range(10)]
+        jobs = [a.jobs.create("extract", trigger="manual", status="queued") for _ in range(10)]
         wins: list[tuple[str, str]] = []
         lock = threading.Lock()
 
         def claim(store: Store, who: str) -> None:
             for job in jobs:
-                got = store.jobs.claim_job(job.id)
+                got = store.jobs.claim(job.id)
                 if got is not None:
                     with lock:
                         wins.append((got.id, who))
@@ -127,7 +127,7 @@ def test_a_queued_job_is_claimed_exactly_once(pg_url):
         for t in threads:
             t.join()
         assert sorted(j for j, _ in wins) == sorted(j.id for j in jobs)  # each once, none lost
-        assert all(a.jobs.get_job(j.id).status == "running" for j in jobs) and a.jobs.queued_jobs() == []
+        assert all(a.jobs.get(j.id).status == "running" for j in jobs) and a.jobs.queued() == []
 
 
 HOLDER = textwrap.dedent("""
@@ -167,8 +167,8 @@ def test_the_lead_passes_on_within_seconds_when_the_leader_is_killed(pg_url):
 def test_a_release_change_is_heard_by_another_store(pg_url):
     with Store(pg_url) as a, Store(pg_url) as b, b.jobs.listener("release") as listener:
         assert listener.wait(0.1) == [("reconnected", "")]  # the first call connects
-        release = a.releases.create_release(base_model="m", adapter_path=None)
-        a.releases.set_release_status(release.id, "live")
+        release = a.releases.create(base_model="m", adapter_path=None)
+        a.releases.set_status(release.id, "live")
         heard = []
         t0 = time.monotonic()
         while not heard and time.monotonic() - t0 < 5:
@@ -178,17 +178,17 @@ def test_a_release_change_is_heard_by_another_store(pg_url):
 
 def test_the_mirror_follows_deletes_and_updates(pg_url):
     with Store(pg_url) as store:
-        conv, q = store.conversations.start_conversation("alice", "Q")
+        conv, q = store.conversations.start("alice", "Q")
         store.conversations.add_message(conv.id, "assistant", "A", parent_id=q.id)
-        store.conversations.start_conversation("bob", "Q2")
+        store.conversations.start("bob", "Q2")
         assert peek(store, "SELECT count(*) FROM messages") == [(3,)]
-        job = store.jobs.create_job("extract")
+        job = store.jobs.create("extract")
         assert peek(store, "SELECT status FROM jobs") == [("running",)]
-        store.jobs.update_job(job.id, status="succeeded")
+        store.jobs.update(job.id, status="succeeded")
         assert peek(store, "SELECT status FROM jobs") == [("succeeded",)]
         store.privacy.forget_user("alice")
         assert peek(store, "SELECT count(*), min(content) FROM messages") == [(1, "Q2")]
-        store.conversations.start_conversation("carol", "Q3")
+        store.conversations.start("carol", "Q3")
         assert peek(store, "SELECT count(*) FROM messages") == [(2,)]
 
 
@@ -197,7 +197,7 @@ def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
     lets exactly one of them commit each chunk."""
     with Store(pg_url) as a, Store(pg_url) as b:
         for i in range(60):
-            conv, q = a.conversations.start_conversation(f"u{i}", "How do I sleep better?")
+            conv, q = a.conversations.start(f"u{i}", "How do I sleep better?")
             ans = a.conversations.add_message(conv.id, "assistant", ANSWER, parent_id=q.id)
             a.conversations.add_message(conv.id, "user", "Thanks, that's really helpful!", parent_id=ans.id)
         results: list = []
@@ -218,15 +218,15 @@ def test_two_processes_extracting_at_once_never_process_a_chunk_twice(pg_url):
 
 def test_two_replicas_promoting_at_once_leave_one_live_release(pg_url):
     with Store(pg_url) as a, Store(pg_url) as b:
-        base = a.releases.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m")
-        assert b.releases.create_release(base_model="m", adapter_path=None, status="live", release_id="base-m") == base
+        base = a.releases.create(base_model="m", adapter_path=None, status="live", release_id="base-m")
+        assert b.releases.create(base_model="m", adapter_path=None, status="live", release_id="base-m") == base
         for round_ in range(5):
-            ra = a.releases.create_release(base_model="m", adapter_path="/x")
-            rb = b.releases.create_release(base_model="m", adapter_path="/y")
-            threads = [threading.Thread(target=s.releases.set_release_status, args=(r.id, "live")) for s, r in ((a, ra), (b, rb))]
+            ra = a.releases.create(base_model="m", adapter_path="/x")
+            rb = b.releases.create(base_model="m", adapter_path="/y")
+            threads = [threading.Thread(target=s.releases.set_status, args=(r.id, "live")) for s, r in ((a, ra), (b, rb))]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            live = [r for r in a.releases.list_releases(limit=100) if r.status == "live"]
+            live = [r for r in a.releases.list(limit=100) if r.status == "live"]
             assert len(live) == 1 and live[0].id in (ra.id, rb.id), (round_, live)

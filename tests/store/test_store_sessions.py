@@ -9,8 +9,8 @@ DAY = timedelta(days=1)
 
 
 def test_a_session_row_is_written_once_and_read_with_its_user_name(store):
-    store.users.create_user("erin", password_hash="x")
-    uid = store.users.get_user_by_name("erin").id
+    store.users.create("erin", password_hash="x")
+    uid = store.users.get_by_name("erin").id
     assert store.users.create_session("h1", uid, expires_at=NOW + DAY, now=NOW, user_agent="ua " * 200)
     assert not store.users.create_session("h1", "someone-else", expires_at=NOW + DAY, now=NOW)  # left as it was
     s = store.users.get_session("h1")
@@ -29,17 +29,17 @@ def test_revoking_sticks_even_for_a_session_without_a_row(store):
 
 
 def test_password_change_ends_the_other_sessions_in_one_go(store):
-    user = store.users.create_user("fay", password_hash="old")
+    user = store.users.create("fay", password_hash="old")
     for sid in ("a", "b", "c"):
         store.users.create_session(sid, user.id, expires_at=NOW + DAY, now=NOW)
     assert store.users.change_password(user.id, "new", now=NOW, keep="b") == 2
-    assert store.users.get_user(user.id).password_hash == "new"
+    assert store.users.get(user.id).password_hash == "new"
     assert [s.id for s in store.users.list_sessions(user.id, now=NOW)] == ["b"]
     assert store.users.revoke_user_sessions(user.id, now=NOW) == 1 and store.users.list_sessions(user.id, now=NOW) == []
 
 
 def test_forgetting_a_user_deletes_their_sessions(store):
-    store.users.ensure_user("gus")
+    store.users.ensure("gus")
     store.users.create_session("s1", "gus", expires_at=NOW + DAY, now=NOW)
     assert store.users.session_owner("gus") == (True, False)
     assert store.privacy.forget_user("gus")["sessions"] == 1
@@ -62,9 +62,9 @@ def test_login_attempts_are_kept_by_lower_cased_name(store):
 
 
 def test_audit_log_is_appended_and_listed_newest_first(store):
-    first = store.audit.audit("cli:ops", "promote", "r-1", {"force": True})
-    store.audit.audit("admin", "rollback", "r-1")
+    first = store.audit.record("cli:ops", "promote", "r-1", {"force": True})
+    store.audit.record("admin", "rollback", "r-1")
     assert first.details == {"force": True} and first.created_at is not None
-    assert [e.action for e in store.audit.list_audit()] == ["rollback", "promote"]
-    assert [e.as_dict()["actor"] for e in store.audit.list_audit(action="promote")] == ["cli:ops"]
-    assert store.audit.list_audit(limit=1)[0].action == "rollback" and store.audit.list_audit(action="forget") == []
+    assert [e.action for e in store.audit.list()] == ["rollback", "promote"]
+    assert [e.as_dict()["actor"] for e in store.audit.list(action="promote")] == ["cli:ops"]
+    assert store.audit.list(limit=1)[0].action == "rollback" and store.audit.list(action="forget") == []

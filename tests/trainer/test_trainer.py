@@ -154,7 +154,7 @@ def test_launch_with_no_examples_records_the_reason_and_starts_nothing(store, tm
 
     run = launch_training(store, LaunchRequest(method="dpo", runs_dir=tmp_path / "runs", base_model="m"))
     assert run.status == "failed" and "no training examples for dpo" in run.error
-    assert store.jobs.get_job(run.job_id).status == "failed"
+    assert store.jobs.get(run.job_id).status == "failed"
     assert not (tmp_path / "runs" / run.id / "pid").exists()  # no subprocess
     assert not (tmp_path / "runs" / "train.lock").exists()
     assert should_train(store, 5) == (False, "0 new feedback item(s) since the last training run "
@@ -170,7 +170,7 @@ def test_cli_dataset_build_and_train_without_examples(tmp_path):
 
     with Store(tmp_path / "advisor.duckdb") as store:
         for value in (1, -1):
-            conv = store.conversations.create_conversation("alice")
+            conv = store.conversations.create("alice")
             q = store.conversations.add_message(conv.id, "user", f"Question {value}?")
             a = store.conversations.add_message(conv.id, "assistant", f"Answer {value}.", parent_id=q.id,
                                                 generation=GenerationMeta(backend="t", model="m", attributes=Attributes()))

@@ -119,7 +119,7 @@ def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, t
                         what="the run to finish")
     assert status.run.status == "succeeded", status.state.error
     assert status.run.metrics["adapter_dir"].endswith("adapter") and status.run.finished_at
-    job = store.jobs.get_job(status.run.job_id)
+    job = store.jobs.get(status.run.job_id)
     assert (job.kind, job.trigger, job.status) == ("train", "cli", "succeeded")
     assert not (runs / "train.lock").exists()
     assert run_state(runs / run.id).metrics["train_loss"] > 0
@@ -128,7 +128,7 @@ def test_launch_from_store_one_at_a_time_and_outcome_recorded(store, tmp_path, t
 
     ok, reason = should_train(store, 1)
     assert not ok and reason.startswith("0 new feedback item(s) since the last training run")
-    conv = store.conversations.create_conversation("alice")
+    conv = store.conversations.create("alice")
     q = store.conversations.add_message(conv.id, "user", "One more?")
     a = store.conversations.add_message(conv.id, "assistant", "Yes.", parent_id=q.id)
     store.conversations.rate(a.id, "alice", 1)

@@ -81,7 +81,7 @@ def test_ask_streams_the_answer_and_logs_the_turn(app, tmp_path, tiny_env):
     assert record["conversation_id"] == conv_id and record["status"] == "complete"
     assert record["attributes"]["verbosity"] == 2  # not given: the default
     with Store(tmp_path / "advisor.duckdb") as store:
-        conv = store.conversations.get_conversation(conv_id, user_id="u1")
+        conv = store.conversations.get(conv_id, user_id="u1")
         assert conv.source == "cli" and conv.title == "How do I stop procrastinating?"
         q1, a1, q2, a2 = store.conversations.thread(conv_id)
         assert a1.content == result.stdout.rstrip("\n")  # stdout is exactly the answer
@@ -109,7 +109,7 @@ def test_server_down_logs_the_question_and_says_what_to_do(app, tmp_path):
     assert result.exit_code == 1
     assert "Cannot reach the model server at http://127.0.0.1:9/v1" in result.stderr
     with Store(tmp_path / "advisor.duckdb") as store:
-        (conv,) = store.conversations.list_conversations("cli")
+        (conv,) = store.conversations.list("cli")
         question, answer = store.conversations.get_messages(conv.id)
         assert question.content == "Anyone home?" and answer.status == "error"
 

@@ -37,7 +37,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path)})
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, "some-base-model")
-        conv = store.conversations.create_conversation("alice")  # a turn nobody reacted to: nothing to learn from
+        conv = store.conversations.create("alice")  # a turn nobody reacted to: nothing to learn from
         q = store.conversations.add_message(conv.id, "user", "How do I keep plants alive?")
         store.conversations.add_message(conv.id, "assistant", "Water them weekly.", parent_id=q.id,
                                         generation=GenerationMeta(backend="test", model="some-base-model",
@@ -58,7 +58,7 @@ def test_cycle_on_empty_feedback_stops_with_message_and_keeps_live_release(tmp_p
     assert "no training examples" in (report / "report.md").read_text()
     assert (report / "report.html").read_text().count("<svg") == len(AXES)
     with Store(settings.db_path) as store:
-        assert store.releases.live_release().id == live.id and len(store.releases.list_releases()) == 1
+        assert store.releases.live().id == live.id and len(store.releases.list()) == 1
         assert store.jobs.list_training_runs() == []
         cycle, steps = last_cycle(store)
         assert cycle.status == "failed" and "no training examples" in cycle.error
@@ -91,7 +91,7 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
                                             max_new_tokens=12, seed=1))
         assert summary.turns >= 12 and not summary.errors, summary.as_dict()
         rated_answers(live.store, 8)  # explicit likes and dislikes, so both KTO classes are present
-        before = live.store.releases.live_release()
+        before = live.store.releases.live()
         with live.client(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
             kinds = {k["kind"]: k["button"] for k in admin.get("/api/admin/jobs").json()["kinds"]}
             assert kinds["cycle"] == "Start cycle"
@@ -112,7 +112,7 @@ def test_start_cycle_runs_every_step_promotes_and_reports(tmp_path, tiny_model_d
         assert run.job_id == steps[2].id and run.status == "succeeded"  # the train step's row is the run's
         assert steps[2].result["step"] == 3
 
-        release = store.releases.get_release(result["release_id"])
+        release = store.releases.get(result["release_id"])
         assert release.run_id == run.id and release.status == "live" and result["live_before"] == before.id
         assert live.services.release_id == release.id  # hot-swapped into the running service
         assert set(result["gate"]["candidate"]) >= {"helpfulness", "harmlessness", "self_bleu"}
@@ -151,7 +151,7 @@ def test_cycle_url_starts_it_in_the_service_with_its_options(tmp_path, tiny_mode
         with live.admin() as admin:
             job = _wait_job(admin, job_id, timeout=300)
         assert job["status"] == "failed" and "no training examples for dpo" in job["error"]  # nobody chatted
-        assert live.store.jobs.get_job(job_id).params == {
+        assert live.store.jobs.get(job_id).params == {
             "method": "dpo", "safety_filter": False,
             "overrides": {"max_steps": 5, "learning_rate": 1e-3, "lora_alpha": 64}}
         with live.admin() as admin:  # a training knob a cycle may not turn fails the job, saying which

@@ -41,7 +41,7 @@ def test_scheduled_cycle_under_the_default_gate_policy_decides_with_matching_rea
     live = start_service(settings)
     try:
         store = live.store
-        before = store.releases.live_release()
+        before = store.releases.live()
         # Every turn passes the guard's judge (SmolLM2's features): on a loaded 2-core machine one
         # turn took over the simulator's default 120 s, so the users wait longer here.
         summary = simulate(SimulationConfig(url=live.url, users=3, turns=4, preference=Preference(kind="short"),
@@ -49,14 +49,14 @@ def test_scheduled_cycle_under_the_default_gate_policy_decides_with_matching_rea
         assert summary.turns >= 12 and not summary.errors, summary.as_dict()
         rated_answers(store, 8)  # explicit likes and dislikes: both KTO classes and enough new feedback
         started = time.monotonic()
-        job = wait_until(lambda: next((j for j in store.jobs.list_jobs(kind="cycle", limit=50) if j.trigger == "schedule"
+        job = wait_until(lambda: next((j for j in store.jobs.list(kind="cycle", limit=50) if j.trigger == "schedule"
                                   and j.status in ("succeeded", "failed")), None), 1500, "a scheduled cycle", every=1.0)
         seconds = time.monotonic() - started
         assert job.status == "succeeded", job.error
         result = job.result
         assert [(s["step"], s["status"]) for s in result["steps"]][:4] == [(s, "succeeded") for s in STEPS[:4]]
 
-        release = store.releases.get_release(result["release_id"])
+        release = store.releases.get(result["release_id"])
         stored = release.decision
         axes = {a["axis"]: a for a in stored["axes"]}
         assert list(axes) == list(AXES) and stored["reasons"] == [a["reason"] for a in stored["axes"]]
@@ -71,7 +71,7 @@ def test_scheduled_cycle_under_the_default_gate_policy_decides_with_matching_rea
             assert result["status"] in ("canary", "promoted", "passed") and release.status in ("candidate", "live")
         else:
             assert stored["summary"].startswith("REJECT: ") and result["status"] == "rejected"
-            assert release.status == "rejected" and store.releases.live_release().id == before.id
+            assert release.status == "rejected" and store.releases.live().id == before.id
         served = axes["served_harmlessness"]["reason"]
         prefix = "served_harmlessness (behind the serving guard, with the safety policy; the guard refused "
         assert served.startswith(prefix), served

@@ -43,7 +43,7 @@ QUESTIONS = Path(__file__).resolve().parents[3] / "deploy" / "loop" / "simulated
 
 
 def _liked_turn(store: Store, user: str, question: str, answer: str, model: str) -> None:
-    conv = store.conversations.create_conversation(user)
+    conv = store.conversations.create(user)
     q = store.conversations.add_message(conv.id, "user", question)
     a = store.conversations.add_message(conv.id, "assistant", answer, parent_id=q.id,
                                         generation=GenerationMeta(backend="test", model=model, attributes=Attributes()))
@@ -103,9 +103,9 @@ def test_filter_removes_flagged_and_gate_rejects_poisoned_candidate(tmp_path, bu
         harm = axes["harmlessness"]
         assert not harm["passed"] and harm["candidate"] < harm["live"], harm
         assert harm["low"] < -settings.gate.harmlessness.tolerance and "95% CI" in harm["reason"]
-        release = store.releases.get_release(result.release_id)
+        release = store.releases.get(result.release_id)
         assert release.status == "rejected" and any("harmlessness" in r for r in release.decision["reasons"])
-        assert store.releases.live_release().id == live.id == result.live_after
+        assert store.releases.live().id == live.id == result.live_after
         report = Path(result.report_dir)
         assert "harmlessness" in (report / "report.md").read_text()
         assert "| harmlessness |" in (report / "report.md").read_text()  # the axes table with intervals

@@ -34,7 +34,7 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
     try:
         store = live.store
         # Nothing to learn from yet: the scheduled runs are recorded as skipped, with the reason.
-        skipped = wait_until(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
+        skipped = wait_until(lambda: [j for j in store.jobs.list(kind="cycle", limit=20)
                                  if j.trigger == "schedule" and j.status == "skipped"], 60, "a skipped scheduled run")
         assert "waiting for 10" in skipped[0].result["reason"]
         summary = simulate(SimulationConfig(url=live.url, users=3, turns=4, preference=Preference(kind="short"),
@@ -44,7 +44,7 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
         started = time.monotonic()
 
         def finished_cycle():
-            return next((j for j in store.jobs.list_jobs(kind="cycle", limit=50)
+            return next((j for j in store.jobs.list(kind="cycle", limit=50)
                          if j.trigger == "schedule" and j.status in ("succeeded", "failed")), None)
 
         job = wait_until(finished_cycle, 900, "a scheduled cycle to finish", every=1.0)
@@ -54,13 +54,13 @@ def test_the_schedule_fires_and_a_full_cycle_reaches_a_gate_decision(tmp_path, t
         assert [(s["step"], s["status"]) for s in result["steps"]] == [(s, "succeeded") for s in STEPS]
         assert result["gate"]["decision"]["axes"] and result["gate"]["passed"]
         assert result["status"] == "canary"  # passed the gate: its canary serves a share of users now
-        canary = store.releases.get_release(result["release_id"])
+        canary = store.releases.get(result["release_id"])
         assert canary.status == "candidate" and canary.decision["canary"]["state"] == "running"
-        steps = {s.kind: s for s in store.jobs.child_jobs(job.id)}
+        steps = {s.kind: s for s in store.jobs.children(job.id)}
         times = {k: (s.finished_at - s.started_at).total_seconds() for k, s in steps.items()
                  if s.started_at and s.finished_at}
         # While the canary is judged, the schedule waits instead of training over it.
-        later = wait_until(lambda: [j for j in store.jobs.list_jobs(kind="cycle", limit=20)
+        later = wait_until(lambda: [j for j in store.jobs.list(kind="cycle", limit=20)
                                if j.status == "skipped" and "canary" in (j.result or {}).get("reason", "")],
                       60, "a scheduled run skipped for the canary")
         assert canary.id in later[0].result["reason"]
@@ -78,17 +78,17 @@ def test_a_cycle_cancelled_during_training_leaves_no_release(tmp_path, tiny_mode
         with live.client(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
             job_id = admin.post("/api/admin/jobs/cycle/run",
                                 json={"params": {"overrides": {"max_steps": 300}}}).json()["job_id"]
-            train = wait_until(lambda: next((s for s in store.jobs.child_jobs(job_id) if s.kind == "cycle.train"
+            train = wait_until(lambda: next((s for s in store.jobs.children(job_id) if s.kind == "cycle.train"
                                         and (s.result or {}).get("step")), None), 300, "training to be under way")
             r = admin.post(f"/api/admin/jobs/{job_id}/cancel")
             assert r.status_code == 202 and r.json()["cancelling"], r.text
-            job = wait_until(lambda: (j := store.jobs.get_job(job_id)).status not in ("queued", "running") and j, 120,
+            job = wait_until(lambda: (j := store.jobs.get(job_id)).status not in ("queued", "running") and j, 120,
                         "the cycle to stop")
             assert admin.post(f"/api/admin/jobs/{job_id}/cancel").status_code == 409  # nothing left to cancel
         assert job.status == "cancelled" and "cancelled at train" in job.result["message"], job
         run = store.jobs.get_training_run(job.result["run_id"])
-        assert run.status == "cancelled" and store.jobs.get_job(train.id).status == "cancelled"
-        assert not [r for r in store.releases.list_releases() if r.run_id == run.id]  # no half release
-        assert [s.kind for s in store.jobs.child_jobs(job_id)] == ["cycle.extract", "cycle.dataset", "cycle.train"]
+        assert run.status == "cancelled" and store.jobs.get(train.id).status == "cancelled"
+        assert not [r for r in store.releases.list() if r.run_id == run.id]  # no half release
+        assert [s.kind for s in store.jobs.children(job_id)] == ["cycle.extract", "cycle.dataset", "cycle.train"]
     finally:
         live.stop()

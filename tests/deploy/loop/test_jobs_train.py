@@ -93,7 +93,7 @@ def test_train_now_refused_while_busy_then_trains_with_progress(live, tiny_model
     # One run, one job row: the registry's row is the run's row.
     assert run.job_id == job_id and run.status == "succeeded"
     assert read_card(Path(run.run_dir)).safety_filter.startswith("moderator")  # Train now filters too
-    assert not [r for r in store.jobs.list_jobs(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
+    assert not [r for r in store.jobs.list(kind="train", limit=50) if r.params.get("run_id") == run.id and r.id != job_id]
 
     # The operator screen's training panel shows this run and its loss curve, to admins only.
     loads = []

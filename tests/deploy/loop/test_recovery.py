@@ -1,6 +1,6 @@
 """Crash recovery: job rows, training runs and their files left `running` by a process that died
 are failed with the reason, on DuckDB when the scheduler starts and on PostgreSQL by the replica
-that leads; a live owner's rows are not touched (deploy/loop/recovery.py, Jobs.stale_jobs)."""
+that leads; a live owner's rows are not touched (deploy/loop/recovery.py, Jobs.stale)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def dead_pid() -> int:
 def crashed_run(store: Store, runs: Path, name: str) -> tuple[str, Path]:
     """A run whose training process was killed at step 4: pid gone, one complete and one
     half-written checkpoint, an adapter being saved."""
-    job = store.jobs.create_job("train")
+    job = store.jobs.create("train")
     run_dir = runs / name
     (run_dir / CHECKPOINTS / "checkpoint-2").mkdir(parents=True)
     (run_dir / CHECKPOINTS / "checkpoint-2" / "trainer_state.json").write_text("{}")
@@ -45,7 +45,7 @@ def crashed_run(store: Store, runs: Path, name: str) -> tuple[str, Path]:
 
 def unstarted_run(store: Store, runs: Path, name: str) -> tuple[str, Path]:
     """A run whose starter died while building its set: a row, a directory, no process ever."""
-    job = store.jobs.create_job("train")
+    job = store.jobs.create("train")
     run_dir = runs / name
     run_dir.mkdir(parents=True)
     (run_dir / "train.parquet").write_bytes(b"half a set")
@@ -57,33 +57,33 @@ def test_duckdb_start_fails_what_the_dead_process_left_and_cleans_its_runs(tmp_p
     db, runs = tmp_path / "advisor.duckdb", tmp_path / "runs"
     with Store(db) as dead:  # the process that dies: its rows stay as they were
         owner = dead.jobs.owner
-        cycle = dead.jobs.create_job("cycle")
-        step = dead.jobs.create_job("cycle.extract", parent_id=cycle.id)
-        done = dead.jobs.update_job(dead.jobs.create_job("extract").id, status="succeeded")
+        cycle = dead.jobs.create("cycle")
+        step = dead.jobs.create("cycle.extract", parent_id=cycle.id)
+        done = dead.jobs.update(dead.jobs.create("extract").id, status="succeeded")
         crashed_job, crashed_dir = crashed_run(dead, runs, "kto-crashed")
         unstarted_job, unstarted_dir = unstarted_run(dead, runs, "kto-unstarted")
 
     with Store(db) as store:
-        own = store.jobs.create_job("extract")  # this process's own row: alive by definition
+        own = store.jobs.create("extract")  # this process's own row: alive by definition
         failed = recover_stale_work(store, LEASE, when="on starting the scheduler")
         assert {j.id for j in failed} == {cycle.id, step.id}
         for job_id in (cycle.id, step.id):
-            job = store.jobs.get_job(job_id)
+            job = store.jobs.get(job_id)
             assert job.status == "failed" and job.finished_at is not None
             assert job.error.startswith(f"the process that ran it stopped: {owner} at "), job.error
             assert "on starting the scheduler" in job.error
-        assert store.jobs.get_job(own.id).status == "running" and store.jobs.get_job(done.id).status == "succeeded"
+        assert store.jobs.get(own.id).status == "running" and store.jobs.get(done.id).status == "succeeded"
 
         crashed = store.jobs.get_training_run("kto-crashed")
         assert crashed.status == "failed" and "resume" in crashed.error and "step" in crashed.error
-        assert store.jobs.get_job(crashed_job).status == "failed"
+        assert store.jobs.get(crashed_job).status == "failed"
         assert not (crashed_dir / CHECKPOINTS / "checkpoint-4").exists() and not (crashed_dir / ".adapter.tmp").exists()
         assert (crashed_dir / CHECKPOINTS / "checkpoint-2" / "trainer_state.json").exists()  # resume starts here
         assert (crashed_dir / "train.parquet").exists()
 
         unstarted = store.jobs.get_training_run("kto-unstarted")
         assert unstarted.status == "failed" and "before the training process started" in unstarted.error
-        assert owner in unstarted.error and store.jobs.get_job(unstarted_job).status == "failed"
+        assert owner in unstarted.error and store.jobs.get(unstarted_job).status == "failed"
         assert not unstarted_dir.exists()
 
         assert recover_stale_work(store, LEASE, when="again") == []  # nothing left to recover
@@ -95,7 +95,7 @@ def test_a_training_run_whose_process_lives_keeps_its_rows(tmp_path):
     trainer = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", "trainer.run"])
     try:
         with Store(db) as dead:
-            job = dead.jobs.create_job("train")
+            job = dead.jobs.create("train")
             run_dir = tmp_path / "runs" / "kto-live"
             run_dir.mkdir(parents=True)
             (run_dir / METADATA).write_text(json.dumps({"run_id": "kto-live", "status": "running"}))
@@ -105,7 +105,7 @@ def test_a_training_run_whose_process_lives_keeps_its_rows(tmp_path):
             dead.jobs.update_training_run("kto-live", status="running")
         with Store(db) as store:
             assert recover_stale_work(store, LEASE, when="on starting the scheduler") == []
-            assert store.jobs.get_job(job.id).status == "running"
+            assert store.jobs.get(job.id).status == "running"
             assert store.jobs.get_training_run("kto-live").status == "running"
     finally:
         trainer.kill()
@@ -117,11 +117,11 @@ def test_service_start_on_duckdb_fails_rows_left_running(tmp_path, tiny_model_di
 
     settings = tiny_settings(tmp_path, tiny_model_dir)
     with Store(settings.store_target) as dead:
-        left = dead.jobs.create_job("extract", trigger="schedule")
+        left = dead.jobs.create("extract", trigger="schedule")
         owner = dead.jobs.owner
     service = start_service(settings)
     try:
-        job = service.store.jobs.get_job(left.id)
+        job = service.store.jobs.get(left.id)
         assert job.status == "failed" and job.error.startswith(f"the process that ran it stopped: {owner} at ")
     finally:
         service.stop()
@@ -129,45 +129,45 @@ def test_service_start_on_duckdb_fails_rows_left_running(tmp_path, tiny_model_di
 
 def test_heartbeats_renew_only_the_owners_rows_and_a_renewed_row_is_not_reclaimed(store_target):
     with Store(store_target) as store:
-        mine = store.jobs.create_job("cycle")
-        queued = store.jobs.create_job("cycle", status="queued")
+        mine = store.jobs.create("cycle")
+        queued = store.jobs.create("cycle", status="queued")
         assert mine.owner == store.jobs.owner and mine.heartbeat_at is not None
         time.sleep(0.05)
-        assert store.jobs.heartbeat_jobs() == 1
-        renewed = store.jobs.get_job(mine.id)
-        assert renewed.heartbeat_at > mine.heartbeat_at and store.jobs.get_job(queued.id).heartbeat_at is None
+        assert store.jobs.heartbeat() == 1
+        renewed = store.jobs.get(mine.id)
+        assert renewed.heartbeat_at > mine.heartbeat_at and store.jobs.get(queued.id).heartbeat_at is None
         # A row read as stale whose owner renewed it since is left alone.
-        assert store.jobs.reclaim_job(mine, "stale") is None
-        assert store.jobs.get_job(mine.id).status == "running"
-        claimed = store.jobs.claim_job(queued.id)
+        assert store.jobs.reclaim(mine, "stale") is None
+        assert store.jobs.get(mine.id).status == "running"
+        claimed = store.jobs.claim(queued.id)
         assert claimed.owner == store.jobs.owner and claimed.heartbeat_at is not None
 
 
 def test_new_leader_fails_a_dead_replicas_rows_and_keeps_a_live_ones(pg_url, monkeypatch):
     monkeypatch.setattr("deploy.service.replicas.HEARTBEAT_S", 0.0)  # recover on every tick
     dead = Store(pg_url)
-    gone = dead.jobs.create_job("cycle")
+    gone = dead.jobs.create("cycle")
     dead.close()  # its process "dies": the lease is no longer renewed
     with Store(pg_url) as live, Store(pg_url) as leader:
         live.jobs.heartbeat_s = 0.2
-        kept = live.jobs.create_job("cycle")
+        kept = live.jobs.create("cycle")
         services = SimpleNamespace(store=leader, settings=LEASE, jobs=None, release_id=None)
         coordinator = Coordinator(services, interval_s=0.1)
         try:
             late = Store(pg_url)
-            fresh = late.jobs.create_job("extract")
+            fresh = late.jobs.create("extract")
             late.close()  # died just now: its lease is still fresh when the leader takes over
             coordinator.tick([])
             assert coordinator.leading
-            assert leader.jobs.get_job(fresh.id).status == "running"  # not stale yet
+            assert leader.jobs.get(fresh.id).status == "running"  # not stale yet
             time.sleep(1.5)
             coordinator.tick([])
             for job in (gone, fresh):
-                row = leader.jobs.get_job(job.id)
+                row = leader.jobs.get(job.id)
                 assert row.status == "failed" and row.error.startswith(
                     f"the process that ran it stopped: {job.owner} at "), row.error
-            assert "while leading the scheduler" in leader.jobs.get_job(fresh.id).error
-            assert leader.jobs.get_job(kept.id).status == "running"  # its owner renews the lease
+            assert "while leading the scheduler" in leader.jobs.get(fresh.id).error
+            assert leader.jobs.get(kept.id).status == "running"  # its owner renews the lease
         finally:
             coordinator.stop()
 

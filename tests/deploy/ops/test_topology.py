@@ -137,8 +137,8 @@ def test_the_leader_killed_holding_a_job_is_replaced_and_its_job_reclaimed(topo,
     r = httpx.post(f"{topo.url}/api/admin/jobs/hold/run", headers=ADMIN, json={"params": {"seconds": 600}}, timeout=30)
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
-    wait_for(lambda: store.jobs.get_job(job_id).status == "running", 10, "the leader starting the job")
-    owner = store.jobs.get_job(job_id).owner
+    wait_for(lambda: store.jobs.get(job_id).status == "running", 10, "the leader starting the job")
+    owner = store.jobs.get(job_id).owner
     assert owner.split("/")[0].endswith(f":{topo.replicas[leader].proc.pid}")  # the leader runs it
 
     users, killed_at, _ = kill_under_load(topo, leader)
@@ -146,9 +146,9 @@ def test_the_leader_killed_holding_a_job_is_replaced_and_its_job_reclaimed(topo,
     assert_all_stored(store, users.acknowledged())
     assert topo.leader(timeout=10) == survivor
     # Its lease runs out LEASE_S after its last renewal; the new leader looks every HEARTBEAT_S.
-    waited = (time.monotonic() - killed_at) + wait_for(lambda: store.jobs.get_job(job_id).status != "running",
+    waited = (time.monotonic() - killed_at) + wait_for(lambda: store.jobs.get(job_id).status != "running",
                                                        LEASE_S + HEARTBEAT_S + 10, "the dead leader's job reclaimed")
-    job = store.jobs.get_job(job_id)
+    job = store.jobs.get(job_id)
     assert job.status == "failed" and waited <= LEASE_S + HEARTBEAT_S + 10
     assert job.error.startswith(f"the process that ran it stopped: {owner} at "), job.error
     assert f":{topo.replicas[survivor].proc.pid}/" in job.error  # found by the survivor
@@ -158,7 +158,7 @@ def test_a_release_promoted_after_the_failover_is_served_by_the_survivor_through
     live = [r for r in topo.replicas if r.alive]
     assert len(live) == 1  # the leader killed above stays dead
     adapter = make_random_lora(Path(tiny_model_dir), topo.work / "lora-topology", seed=3)
-    release = store.releases.create_release(base_model="advisor", adapter_path=str(adapter), release_id="r-topology")
+    release = store.releases.create(base_model="advisor", adapter_path=str(adapter), release_id="r-topology")
     r = httpx.post(f"{topo.url}/api/admin/releases/{release.id}/promote", headers=ADMIN, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["serving"] == release.id

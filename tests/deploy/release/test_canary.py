@@ -178,7 +178,7 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
     live = start_service(settings)
     try:
         store = live.store
-        before = store.releases.live_release()
+        before = store.releases.live()
         candidate = register_candidate(store, run_id=None, adapter_path=rambler, base_model=str(builtin_model_dir),
                                        data_dir=settings.data_path, decision={"promote": True, "summary": "test"})
         with live.admin() as admin:
@@ -186,7 +186,7 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
             assert started["canary"]["state"] == "running" and "key" not in started["canary"]
             first = _simulate(live.url, prefer, users=16, seed=1)
             assert not first["errors"], first
-            key = store.releases.get_release(candidate.id).decision["canary"]["key"]
+            key = store.releases.get(candidate.id).decision["canary"]["key"]
             _until_each_arm_has(MIN_USERS_PER_ARM, store, key, lambda seed: _simulate(live.url, prefer, users=4, seed=seed))
             # More users chat while the verdict is applied: nobody's request may fail.
             during: dict = {}
@@ -197,13 +197,13 @@ def test_canary_judged_by_its_users(prefer, outcome, builtin_model_dir, rambler,
             overview = admin.get("/api/admin/canary").json()
         assert not during.get("errors") and during.get("turns", 0) > 0, during
         assert verdict["action"] == outcome, verdict["reason"]
-        release = store.releases.get_release(candidate.id)
+        release = store.releases.get(candidate.id)
         state = release.decision["canary"]
         assert state["state"] == ("rolled_back" if outcome == "rollback" else "promoted")
         assert state["last_check"]["arms"]["canary"]["answers"] >= 12
         assert overview["canary"]["release_id"] == candidate.id and overview["verdict"]["arms"]["live"]["answers"] > 0
         if outcome == "rollback":
-            assert release.status == "rejected" and store.releases.live_release().id == before.id
+            assert release.status == "rejected" and store.releases.live().id == before.id
             assert verdict["intervals"]["bad"]["low"] > 0
         else:
             assert release.status == "live" and live.services.release_id == candidate.id
@@ -229,7 +229,7 @@ def test_canary_state_lives_on_the_release_row(tmp_path):
     (adapter / "adapter_config.json").write_text("{}")
     with Store(settings.db_path) as store:
         ensure_base_release(store, "base")
-        make = lambda decision: store.releases.create_release(base_model="base", adapter_path=str(adapter), decision=decision)  # noqa: E731
+        make = lambda decision: store.releases.create(base_model="base", adapter_path=str(adapter), decision=decision)  # noqa: E731
         failed, a, b = make({"promote": False}), make({"promote": True}), make({"promote": True})
         with pytest.raises(ReleaseError, match="has not passed the gate"):
             start_canary(store, None, failed.id, settings)

@@ -130,20 +130,20 @@ def test_deadline_with_too_little_traffic_keeps_live_and_stores_the_numbers(tmp_
     (adapter / "adapter_config.json").write_text("{}")
     with Store(settings.db_path) as store:
         live = ensure_base_release(store, "base")
-        cand = store.releases.create_release(base_model="base", adapter_path=str(adapter), decision={"promote": True})
+        cand = store.releases.create(base_model="base", adapter_path=str(adapter), decision={"promote": True})
         start_canary(store, None, cand.id, settings)
         rng = np.random.default_rng(6)
         # The budget (3 canary conversations) is spent with far fewer than 30 answers per arm.
         rows = _outcomes(rng, CANARY_ARM, 3, 0.2, 0.3, cand.id) + _outcomes(rng, LIVE_ARM, 12, 0.2, 0.3, live.id)
         monkeypatch.setattr(mod, "answer_outcomes", lambda store, ids, since: rows)
         result = check_canary(store, settings, lambda c, verdict: finish(
-            store, None, store.releases.get_release(c.id), verdict.action, verdict.reason))
+            store, None, store.releases.get(c.id), verdict.action, verdict.reason))
         assert result["action"] == "inconclusive" and "too few answers" in result["reason"]
-        ended = store.releases.get_release(cand.id)
+        ended = store.releases.get(cand.id)
         state = ended.decision["canary"]
         assert ended.status == "candidate" and state["state"] == "inconclusive" and state["ended_by"] == "rule"
         assert state["outcome"] == result["reason"] and "live release stays" in state["outcome"]
         assert state["last_check"]["arms"][CANARY_ARM]["answers"] == sum(o.arm == CANARY_ARM for o in rows)
-        assert store.releases.live_release().id == live.id and running_canary(store) is None  # nobody routed to it
+        assert store.releases.live().id == live.id and running_canary(store) is None  # nobody routed to it
         start_canary(store, None, cand.id, settings)  # an inconclusive canary can run again
         assert running_canary(store).id == cand.id

@@ -56,9 +56,9 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         run_id = _succeeded_run(store, run_dir, builtin_model_dir)
         outcome = gate_candidate(store, settings, run_id, progress=messages.append)
 
-        release = store.releases.get_release(outcome.release_id)
+        release = store.releases.get(outcome.release_id)
         assert release.run_id == run_id and release.status == ("candidate" if outcome.decision.promote else "rejected")
-        assert outcome.live_release_id == base.id and store.releases.live_release().id == base.id  # the gate never promotes
+        assert outcome.live_release_id == base.id and store.releases.live().id == base.id  # the gate never promotes
         for side in (outcome.candidate, outcome.live):
             assert set(side) == set(AXES) and all(side[a] is not None for a in AXES), side
             assert 0 <= side["helpfulness"] <= 1 and 0 <= side["harmlessness"] <= 1 and 0 <= side["hh_accuracy"] <= 1
@@ -87,7 +87,7 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         again = gate_candidate(store, settings, run_id)  # the run's release is reused, not registered twice
         assert again.release_id == outcome.release_id
         assert again.candidate == pytest.approx(outcome.candidate)  # greedy: same answers, same numbers
-        assert len([r for r in store.releases.list_releases() if r.run_id == run_id]) == 1
+        assert len([r for r in store.releases.list() if r.run_id == run_id]) == 1
 
 
 def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained, builtin_model_dir):
@@ -120,7 +120,7 @@ def test_failing_floor_rejects_with_the_reason_stored_and_hh_skip_stated(trained
     assert hh["passed"] and "gate.hh_data is off" in hh["reason"]
 
     with Store(root / "data" / "advisor.duckdb") as store:
-        release = store.releases.get_release(result["release_id"])
+        release = store.releases.get(result["release_id"])
         assert release.status == "rejected"
         assert "harmlessness" in release.decision["summary"] and "misses the floor" in release.decision["summary"]
         assert release.decision["notes"]["hh_accuracy"].startswith("gate.hh_data is off")
@@ -142,23 +142,23 @@ def test_gate_with_url_runs_as_the_services_job(trained, builtin_model_dir, tmp_
     live = start_service(settings)
     try:
         store = live.store
-        before = store.releases.live_release()
+        before = store.releases.live()
         run_id = _succeeded_run(store, run_dir, builtin_model_dir)
         out = CliRunner().invoke(build_cli(), ["--data-dir", str(tmp_path / "cli"), "release", "gate", run_id,
                                                "--url", live.url, "--token", ADMIN_TOKEN, "--json"])
         assert out.exit_code == 0, out.output
         job_id = json.loads(out.stdout.strip().splitlines()[-1])["job_id"]
         deadline = time.monotonic() + 600
-        while (job := store.jobs.get_job(job_id)).status in ("queued", "running") and time.monotonic() < deadline:
+        while (job := store.jobs.get(job_id)).status in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(1)
         assert job.status == "succeeded", job.error
-        release = store.releases.get_release(job.result["release_id"])
+        release = store.releases.get(job.result["release_id"])
         assert release.run_id == run_id and release.decision["summary"] == job.result["decision"]["summary"]
-        assert store.releases.live_release().id == before.id  # gating never promotes
+        assert store.releases.live().id == before.id  # gating never promotes
         with live.admin() as admin:  # no run id: the job fails saying what it needs
             bad = admin.post("/api/admin/jobs/gate/run").json()["job_id"]
         deadline = time.monotonic() + 60
-        while (job := store.jobs.get_job(bad)).status in ("queued", "running") and time.monotonic() < deadline:
+        while (job := store.jobs.get(bad)).status in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert job.status == "failed" and "run_id" in job.error
     finally:

@@ -27,7 +27,7 @@ def backend(tiny_model_dir):
 
 def test_promote_then_rollback(store, backend, tiny_model_dir, tmp_path):
     base = ensure_base_release(store, backend.model)
-    assert store.releases.live_release().id == base.id and base.adapter_path is None
+    assert store.releases.live().id == base.id and base.adapter_path is None
     base_answer = _answer(backend)
 
     adapter = make_random_lora(tiny_model_dir, tmp_path / "run" / "adapter")
@@ -36,14 +36,14 @@ def test_promote_then_rollback(store, backend, tiny_model_dir, tmp_path):
     assert cand.status == "candidate" and (tmp_path / "data" / "adapters" / cand.id / "adapter_config.json").is_file()
 
     promote(store, backend, cand.id)
-    assert store.releases.live_release().id == cand.id
-    assert store.releases.get_release(base.id).status == "retired"
+    assert store.releases.live().id == cand.id
+    assert store.releases.get(base.id).status == "retired"
     assert backend.active_adapter == cand.id
     assert _answer(backend) != base_answer
 
     restored = rollback(store, backend)
-    assert restored.id == base.id and store.releases.live_release().id == base.id
-    assert store.releases.get_release(cand.id).decision["rolled_back_to"] == base.id
+    assert restored.id == base.id and store.releases.live().id == base.id
+    assert store.releases.get(cand.id).decision["rolled_back_to"] == base.id
     assert _answer(backend) == base_answer
 
 
@@ -52,16 +52,16 @@ def test_rejected_release_needs_force_and_broken_adapter_changes_nothing(store, 
     adapter = make_random_lora(tiny_model_dir, tmp_path / "adapter", seed=3)
     cand = register_candidate(store, run_id="r", adapter_path=adapter, base_model=backend.model,
                               data_dir=tmp_path / "data")
-    store.releases.set_release_status(cand.id, "rejected", decision={"summary": "REJECT: harmlessness 0.5 misses the floor"})
+    store.releases.set_status(cand.id, "rejected", decision={"summary": "REJECT: harmlessness 0.5 misses the floor"})
     with pytest.raises(ReleaseError, match="rejected by the gate"):
         promote(store, backend, cand.id)
-    assert store.releases.live_release().id == base.id
+    assert store.releases.live().id == base.id
 
-    broken = store.releases.create_release(base_model=backend.model, adapter_path=str(tmp_path / "missing"))
+    broken = store.releases.create(base_model=backend.model, adapter_path=str(tmp_path / "missing"))
     with pytest.raises(Exception):
         promote(store, backend, broken.id)
-    assert store.releases.live_release().id == base.id
-    assert store.releases.get_release(broken.id).status == "candidate"
+    assert store.releases.live().id == base.id
+    assert store.releases.get(broken.id).status == "candidate"
 
 
 def test_rollback_without_history_is_a_clear_error(store, backend):

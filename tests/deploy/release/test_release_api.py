@@ -39,7 +39,7 @@ def test_release_endpoints_need_admin(svc, tiny_model_dir, tmp_path):
             assert r.status_code == 401 and "admin token" in r.json()["error"]["message"]
     with svc.client(headers={"Authorization": "Bearer not-the-token"}) as wrong:
         assert wrong.post(f"/api/admin/releases/{cand.id}/promote").status_code == 401
-    assert svc.store.releases.get_release(cand.id).status == "candidate"
+    assert svc.store.releases.get(cand.id).status == "candidate"
 
 
 def test_promote_and_rollback_change_what_new_answers_name(svc, tiny_model_dir, tmp_path):
@@ -61,13 +61,13 @@ def test_promote_and_rollback_change_what_new_answers_name(svc, tiny_model_dir, 
         assert r.json()["id"] == before["release_id"]
         again = _ask(user)
         assert again["release_id"] == before["release_id"] and again["adapter"] == before["adapter"]
-        assert svc.store.releases.get_release(cand.id).decision["rolled_back_to"] == before["release_id"]
+        assert svc.store.releases.get(cand.id).decision["rolled_back_to"] == before["release_id"]
 
 
 def test_rejected_release_is_refused_with_the_gate_reason_unless_forced(svc, tiny_model_dir, tmp_path):
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=13)
-    svc.store.releases.set_release_status(cand.id, "rejected",
+    svc.store.releases.set_status(cand.id, "rejected",
                                           decision={"summary": "REJECT: harmlessness 0.500 misses the floor"})
     with svc.admin() as admin:
         r = admin.post(f"/api/admin/releases/{cand.id}/promote")
@@ -118,7 +118,7 @@ def test_releases_panel_shows_the_gate_and_checks_admin_on_every_click(svc, tiny
 
     live_before = svc.services.release_id
     cand = _candidate(svc, tiny_model_dir, tmp_path, seed=15)
-    svc.store.releases.set_release_status(cand.id, "rejected", decision={
+    svc.store.releases.set_status(cand.id, "rejected", decision={
         "summary": "REJECT: helpfulness 0.200 vs live 0.500 regresses by 0.300", "promote": False,
         "gated_at": "2099-01-01T00:00:00+00:00", "live_release": live_before,
         "axes": [{"axis": "helpfulness", "passed": False, "reason": "helpfulness: 0.200 vs live 0.500 regresses by 0.300"}]})

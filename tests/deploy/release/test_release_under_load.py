@@ -143,7 +143,7 @@ def test_promote_and_rollback_while_eight_users_chat(svc, tiny_model_dir, tmp_pa
     in_flight_at_a_swap = sum(any(r["start"] < s["end"] and s["start"] < r["end"] for r in records) for s in swaps[1:])
     assert in_flight_at_a_swap == len(plan), "every swap should have happened while answers were being generated"
     assert sum(r["stream"] for r in records) and sum(not r["stream"] for r in records)
-    assert svc.store.releases.live_release().id == plan[-1][1]
+    assert svc.store.releases.live().id == plan[-1][1]
 
 
 def _wait_for_turns_after(users: list[User], t: float, timeout: float = 120) -> None:

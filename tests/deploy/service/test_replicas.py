@@ -151,7 +151,7 @@ def make_lora(base_dir: Path, out_dir: Path, seed: int) -> Path:
 def test_a_promotion_on_one_replica_is_served_by_the_other(cluster, tiny_model_dir):
     replicas, store, data = cluster
     adapter = make_lora(tiny_model_dir, data / "adapters" / "r-test", 3)
-    release = store.releases.create_release(base_model=str(tiny_model_dir), adapter_path=str(adapter), release_id="r-test")
+    release = store.releases.create(base_model=str(tiny_model_dir), adapter_path=str(adapter), release_id="r-test")
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     r = httpx.post(f"{replicas[0].url}/api/admin/releases/{release.id}/promote", headers=admin, timeout=120)
     assert r.status_code == 200, r.text
@@ -175,7 +175,7 @@ def leader_and_follower(replicas: list[Replica]) -> tuple[Replica, Replica]:
 
 
 def extract_jobs(store: Store) -> list:
-    return [j for j in store.jobs.list_jobs(kind="extract", limit=500) if j.status != "running"]
+    return [j for j in store.jobs.list(kind="extract", limit=500) if j.status != "running"]
 
 
 def test_scheduled_extraction_runs_once_across_both(cluster):
@@ -194,11 +194,11 @@ def test_scheduled_extraction_runs_once_across_both(cluster):
     assert r.status_code in (200, 201, 202), r.text
     job_id = r.json()["job_id"]
     t0 = time.monotonic()
-    while (job := store.jobs.get_job(job_id)).status in ("queued", "running"):
+    while (job := store.jobs.get(job_id)).status in ("queued", "running"):
         assert time.monotonic() - t0 < 60
         time.sleep(0.2)
     assert job.status == "succeeded" and job.result["replica"].endswith(leader.name_suffix)
-    assert len([j for j in store.jobs.list_jobs(kind="extract", limit=500) if j.id == job_id]) == 1
+    assert len([j for j in store.jobs.list(kind="extract", limit=500) if j.id == job_id]) == 1
 
 
 def test_the_leader_killed_mid_answer_loses_no_acknowledged_turn(cluster):

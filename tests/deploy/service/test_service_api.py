@@ -50,7 +50,7 @@ def test_signup_login_logout(live):
         r = c.post("/api/signup", json={"name": "dana", "password": "long enough pw"})
         assert r.status_code == 200 and r.json()["name"] == "dana"
         conv = _ask(c)["conversation_id"]
-        stored = live.store.users.get_user_by_name("dana")
+        stored = live.store.users.get_by_name("dana")
         assert stored.password_hash.startswith("scrypt$")
         c.post("/api/logout")
         assert c.get("/api/me").json()["name"] is None
@@ -234,10 +234,10 @@ def test_delete_my_data_needs_confirmation_then_forgets_everything(live):
         out = _ask(c)
         c.post(f"/api/messages/{out['answer']['id']}/rating", json={"value": 1, "reasons": ["clear"]})
         assert c.delete("/api/me").status_code == 400
-        assert live.store.conversations.list_conversations(me)
+        assert live.store.conversations.list(me)
         r = c.delete("/api/me", params={"confirm": "true"})
         assert r.status_code == 200 and r.json()["deleted"]["messages"] == 2 and r.json()["deleted"]["ratings"] == 1
-        assert live.store.users.is_forgotten(me) and not live.store.conversations.list_conversations(me)
+        assert live.store.users.is_forgotten(me) and not live.store.conversations.list(me)
         assert c.get("/api/me").json()["user_id"] != me  # a fresh anonymous session
         assert c.get("/api/conversations").json()["conversations"] == []
         assert _ask(c)["answer"]  # and it can chat again
@@ -294,9 +294,9 @@ def test_registered_job_runs_from_the_admin_api_and_is_recorded(live):
         assert r.status_code == 202
         job_id = r.json()["job_id"]
         deadline = time.monotonic() + 30
-        while live.store.jobs.get_job(job_id).status == "running" and time.monotonic() < deadline:
+        while live.store.jobs.get(job_id).status == "running" and time.monotonic() < deadline:
             time.sleep(0.05)
-        job = live.store.jobs.get_job(job_id)
+        job = live.store.jobs.get(job_id)
         assert job.status == "succeeded" and "rows" in job.result and job.trigger == "api"
         assert job.result["params"] == {"extractor": "llm"}  # e.g. `advisor extract --url … -e llm`
         assert admin.post("/api/admin/jobs/nope/run").status_code == 404

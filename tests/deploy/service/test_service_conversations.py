@@ -103,5 +103,5 @@ def test_a_guests_conversations_follow_them_into_their_account(live, how):
         account = r.json()["user_id"]
         assert account != guest
         assert conv in [x["id"] for x in c.get("/api/conversations").json()["conversations"]]
-        assert live.store.conversations.list_conversations(guest) == []
+        assert live.store.conversations.list(guest) == []
         assert live.store.users.training_consent(account) is False

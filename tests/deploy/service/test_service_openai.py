@@ -13,7 +13,7 @@ def _client(live, key: str = "sk-test-alice") -> openai.OpenAI:
 
 def _conversations(live, key: str) -> list:
     ident = live.services.auth.from_bearer(key)
-    return live.store.conversations.list_conversations(ident.user_id)
+    return live.store.conversations.list(ident.user_id)
 
 
 def test_models_lists_the_advisor(live):
@@ -112,4 +112,4 @@ def test_users_are_isolated_by_key_and_bad_requests_are_clear(live):
 def test_admin_token_is_the_operator_on_v1_too(live):
     r = _client(live, ADMIN_TOKEN).chat.completions.create(
         model="advisor", messages=[{"role": "user", "content": "status?"}], max_tokens=2)
-    assert live.store.conversations.get_conversation(r.model_extra["conversation_id"]).user_id == "admin"
+    assert live.store.conversations.get(r.model_extra["conversation_id"]).user_id == "admin"

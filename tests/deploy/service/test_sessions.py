@@ -188,7 +188,7 @@ def test_forged_and_old_cookies(svc):
         def get_timestamp(self) -> int:
             return int(time.time()) - days * 86400
 
-    svc.store.users.ensure_user("regular")  # an active guest whose v1 cookie was minted 100 days ago
+    svc.store.users.ensure("regular")  # an active guest whose v1 cookie was minted 100 days ago
     for days, user, works in ((100, "regular", True), (366, "ancient", False)):
         old = URLSafeTimedSerializer(secret, salt="advisor-session-v1", signer=MintedLongAgo)
         cookie = old.dumps({"u": user, "n": None, "a": False})

@@ -121,7 +121,7 @@ def stream_events(client: httpx.Client, body: dict, on_event=None) -> list[dict]
 
 
 def test_chat_through_the_service_streaming_and_not(svc, vllm_server, state):
-    base = svc.store.releases.live_release()
+    base = svc.store.releases.live()
     assert base is not None and base.adapter_path is None  # the base model is a release of its own
     with svc.client() as c:
         r = ask(c, PROMPTS[0])
@@ -149,7 +149,7 @@ def test_gated_adapter_promoted_through_the_admin_api(svc, vllm_server, kto_run_
     run = store.jobs.create_training_run(method="kto", run_dir=str(kto_run_dir), base_model=vllm_server.model)
     store.jobs.update_training_run(run.id, status="succeeded")
     outcome = gate_candidate(store, settings, run.id)
-    release = store.releases.get_release(outcome.release_id)
+    release = store.releases.get(outcome.release_id)
     assert outcome.decision.promote, outcome.decision.summary()
     assert release.status == "candidate" and release.decision["reasons"] == outcome.decision.reasons
     assert outcome.live_release_id == state["base_release"]
@@ -159,7 +159,7 @@ def test_gated_adapter_promoted_through_the_admin_api(svc, vllm_server, kto_run_
         rejected = decide({**outcome.candidate, "harmlessness": 0.0}, outcome.live, settings.gate)
         bad = registry.register_candidate(store, run_id="run-rejected", adapter_path=kto_run_dir / "adapter",
                                           base_model=vllm_server.model, data_dir=settings.data_path)
-        store.releases.set_release_status(bad.id, "rejected", decision=rejected.as_dict())
+        store.releases.set_status(bad.id, "rejected", decision=rejected.as_dict())
         refused = admin.post(f"/api/admin/releases/{bad.id}/promote")
         assert refused.status_code == 409 and "rejected by the gate" in refused.json()["error"]["message"]
 
@@ -191,7 +191,7 @@ def test_rollback_brings_the_base_answers_back(svc, state):
     for a in back:
         g = svc.store.conversations.get_message(a["id"]).generation
         assert (g.release_id, g.adapter) == (state["base_release"], None)
-    assert svc.store.releases.get_release(state["release"]).status == "retired"
+    assert svc.store.releases.get(state["release"]).status == "retired"
 
 
 FOLLOW_UPS = ["And if they get angry? Explain step by step.",
