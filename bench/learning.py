@@ -1,7 +1,8 @@
 """The learning loop on the real model (SmolLM2-135M-Instruct) on this CPU: simulated users who want
-short answers, one KTO cycle with LoRA, and what it changed on prompts none of them asked.
+short (or long) answers, one KTO or DPO run with LoRA, and what it changed on prompts none of them asked.
 
     .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
+        [--prefer short|long] [--method kto|dpo] [--rate regenerate=0.6 ...]
         [--users 16] [--turns 5] [--train-steps 30] [--out bench/results/learning-smollm2.json]
 
 Steps, each timed:
@@ -17,15 +18,17 @@ Steps, each timed:
 4. Simulated users (real people's phrasing, deploy/loop/real_reactions.jsonl) chat through the
    service's REST API, move the verbosity slider at random, and react; the service's extraction
    job mines their reactions.
-5. vLLM is stopped (two cores: training gets both), the KTO set is built with the moderator as
-   the safety filter and a LoRA is trained on it (`launch_training`, steering "instruct", so
-   each prompt reads as the model saw it).
+5. vLLM is stopped (two cores: training gets both), the KTO or DPO set is built with the
+   moderator as the safety filter and a LoRA is trained on it (`launch_training`, steering
+   "instruct", so each prompt reads as the model saw it). DPO's pairs are the siblings a user
+   regenerated and kept, and rephrases: `--rate regenerate=0.6` makes users regenerate more.
 6. vLLM again, the adapter loaded at run time: the candidate answers the held-out questions at
    the same five positions; then the implicit reward β·(log π − log π_ref) of each held-out pair
    (transformers, the adapter disabled for π_ref), under the prompt its answers were sampled for.
 
 Printed and written as JSON: the machine, every step's time, the training set, base → candidate
-mean words (per slider position too), the reward margin and share of pairs won with a 95 %
+mean words (per slider position too), Spearman ρ of verbosity and words over the held-out
+answers (do the sliders still steer?), the reward margin and share of pairs won with a 95 %
 bootstrap interval. A benchmark, not a test: about 75 minutes here (42 of them training); the figures are in
 docs/learning.md. Why vLLM for generation: the 200 held-out answers of up to 128 tokens take minutes batched
 there and over half an hour one at a time through transformers (bench/serve.py).
@@ -108,6 +111,15 @@ def mean_words(by_v: dict[int, list[str]]) -> dict[int, float]:
     return {v: statistics.mean(words(a) for a in answers) for v, answers in by_v.items()}
 
 
+def verbosity_rho(by_v: dict[int, list[str]]) -> float:
+    """Spearman ρ of the verbosity slider and each held-out answer's words."""
+    from evaluator.paired import spearman
+    from evaluator.text import words
+
+    pairs = [(v, words(a)) for v, answers in by_v.items() for a in answers]
+    return round(spearman([v for v, _ in pairs], [w for _, w in pairs]), 3)
+
+
 def held_out_pairs(samples: list[dict], prefer: str, length_words: int) -> list[dict]:
     from deploy.loop.simulate import Preference
 
@@ -137,7 +149,7 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
     """Start the service on vLLM, let the users chat and the service mine their reactions."""
     from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
-    from deploy.loop.simulate import Preference, SimulationConfig, simulate
+    from deploy.loop.simulate import Preference, ReactionRates, SimulationConfig, simulate
 
     settings = tiny_settings(data, Path(args.model_dir), **{
         "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
@@ -147,14 +159,14 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
         summary = simulate(SimulationConfig(
             url=service.url, users=args.users, turns=args.turns, seed=7, admin_token=ADMIN_TOKEN, extract=True,
             preference=Preference(args.prefer, length_words=length_words), verbosities=VERBOSITIES,
-            concurrency=8, timeout_s=900, extract_timeout_s=900))
+            rates=ReactionRates(**args.rate), concurrency=8, timeout_s=900, extract_timeout_s=900))
     finally:
         service.stop()
     return {"settings": settings, "summary": summary.as_dict()}
 
 
-def train_kto(args, settings, data: Path):
-    """The KTO set (moderator as safety filter) and a LoRA run on it, as `advisor train` does."""
+def train(args, settings, data: Path):
+    """The KTO or DPO set (moderator as safety filter) and a LoRA run on it, as `advisor train` does."""
     from conftest import cache_dir
 
     from deploy.loop.safety import make_safety_filter
@@ -170,7 +182,7 @@ def train_kto(args, settings, data: Path):
     overrides = {"max_steps": args.train_steps, "learning_rate": args.lr, "lora_alpha": args.lora_alpha,
                  "batch_size": args.batch_size, "save_steps": 1000}
     with Store(settings.db_path) as store:
-        run = launch_training(store, LaunchRequest(method="kto", runs_dir=data / "runs", base_model=str(args.model_dir),
+        run = launch_training(store, LaunchRequest(method=args.method, runs_dir=data / "runs", base_model=str(args.model_dir),
                                             overrides=overrides, safety_filter=make_safety_filter(settings, True),
                                             eval_fraction=0.0, trigger="bench", steering="instruct"))
         if run.status != "running":
@@ -180,7 +192,7 @@ def train_kto(args, settings, data: Path):
     if status.run.status != "succeeded":
         raise SystemExit(f"training {status.run.status}: {status.run.error}")
     card = read_card(status.run.run_dir)
-    return status, {"rows": card.n_train, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
+    return status, {"method": args.method, "rows": card.n_train, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
                     "counts_by_source": card.counts_by_source, "steps": args.train_steps,
                     "final_loss": status.state.loss, "overrides": overrides}
 
@@ -189,6 +201,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", type=Path, default=REPO / ".cache/test/models/smollm2-135m-instruct")
     ap.add_argument("--prefer", choices=["short", "long"], default="short")
+    ap.add_argument("--method", choices=["kto", "dpo"], default="kto")
+    ap.add_argument("--rate", type=_rate, action="append", default=[],
+                    help="a simulated user's reaction rate, NAME=VALUE (deploy.loop.simulate.ReactionRates)")
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--train-steps", type=int, default=30)
@@ -199,7 +214,13 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.rate = dict(args.rate)
     run(args)
+
+
+def _rate(text: str) -> tuple[str, float]:
+    name, _, value = text.partition("=")
+    return name, float(value)
 
 
 def run(args) -> None:
@@ -210,7 +231,8 @@ def run(args) -> None:
     args.model_dir = args.model_dir.resolve()
     data = Path(tempfile.mkdtemp(prefix="advisor-learning-"))
     report: dict = {"machine": cpu_model(), "model": str(args.model_dir), "prefer": args.prefer,
-                    "users": args.users, "turns": args.turns, "timings_s": {}}
+                    "method": args.method, "rates": args.rate, "users": args.users, "turns": args.turns,
+                    "timings_s": {}}
     t = report["timings_s"]
     clock = time.monotonic()
 
@@ -224,18 +246,19 @@ def run(args) -> None:
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         lap("vllm_start")
         base = answers_by_verbosity(url, served)
-        base_words = mean_words(base)
+        base_words, base_rho = mean_words(base), verbosity_rho(base)
         length_words = round(statistics.mean(base_words.values()))
         lap("base_answers")
         samples = sampled_pairs(url, served)
         lap("held_out_samples")
         sim = simulate_users(args, url, served, data, length_words)
         lap("simulate")
-    status, training = train_kto(args, sim["settings"], data)
-    lap("train_kto")
+    status, training = train(args, sim["settings"], data)
+    lap(f"train_{args.method}")
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         load_adapter(url.removesuffix("/v1"), "candidate", status.state.adapter_dir)
-        cand_words = mean_words(answers_by_verbosity(url, "candidate"))
+        cand = answers_by_verbosity(url, "candidate")
+        cand_words, cand_rho = mean_words(cand), verbosity_rho(cand)
         lap("candidate_answers")
     pairs = held_out_pairs(samples, args.prefer, length_words)
     margins = reward_margins(args.model_dir, Path(status.state.adapter_dir), pairs)
@@ -247,6 +270,7 @@ def run(args) -> None:
         "relative_change": round((cand_mean - base_mean) / base_mean, 3),
         "base_words_by_verbosity": {v: round(w, 1) for v, w in base_words.items()},
         "candidate_words_by_verbosity": {v: round(w, 1) for v, w in cand_words.items()},
+        "verbosity_rho": {"base": base_rho, "candidate": cand_rho},
         "pairs": len(margins), "reward_margin": round(statistics.mean(margins), 3),
         "reward_margin_ci95": interval(margins),
         "pairs_won": round(sum(m > 0 for m in margins) / len(margins), 3),
