@@ -29,7 +29,7 @@ Steps, each timed:
 Printed and written as JSON: the machine, every step's time, the training set, base → candidate
 mean words (per slider position too), Spearman ρ of verbosity and words over the held-out
 answers (do the sliders still steer?), the reward margin and share of pairs won with a 95 %
-bootstrap interval. A benchmark, not a test: about 75 minutes here (42 of them training); the figures are in
+bootstrap interval. A benchmark, not a test: 21-26 minutes a run here (9-15 of them training); the figures are in
 docs/learning.md. Why vLLM for generation: the 200 held-out answers of up to 128 tokens take minutes batched
 there and over half an hour one at a time through transformers (bench/serve.py).
 """
@@ -105,19 +105,13 @@ def sampled_pairs(url: str, model: str) -> list[dict]:
     return [{"question": q, "verbosity": v, "answers": tuple(a)} for (v, _, q), a in zip(jobs, out)]
 
 
-def mean_words(by_v: dict[int, list[str]]) -> dict[int, float]:
-    from evaluator.text import words
+def steering(by_v: dict[int, list[str]]) -> tuple[dict[int, float], float]:
+    """Mean words at each slider position, and Spearman ρ of the slider with each answer's words
+    (evaluator.steerability, as the gate measures it)."""
+    from evaluator.steerability import SteerRow, level_means, rho
 
-    return {v: statistics.mean(words(a) for a in answers) for v, answers in by_v.items()}
-
-
-def verbosity_rho(by_v: dict[int, list[str]]) -> float:
-    """Spearman ρ of the verbosity slider and each held-out answer's words."""
-    from evaluator.paired import spearman
-    from evaluator.text import words
-
-    pairs = [(v, words(a)) for v, answers in by_v.items() for a in answers]
-    return round(spearman([v for v, _ in pairs], [w for _, w in pairs]), 3)
+    rows = [SteerRow(i, "verbosity", v, a) for v, answers in by_v.items() for i, a in enumerate(answers)]
+    return level_means(rows, "verbosity"), round(rho(rows, "verbosity"), 3)
 
 
 def held_out_pairs(samples: list[dict], prefer: str, length_words: int) -> list[dict]:
@@ -149,7 +143,8 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
     """Start the service on vLLM, let the users chat and the service mine their reactions."""
     from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
-    from deploy.loop.simulate import Preference, ReactionRates, SimulationConfig, simulate
+    from deploy.cli.simulate import parse_rates
+    from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     settings = tiny_settings(data, Path(args.model_dir), **{
         "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
@@ -159,7 +154,7 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
         summary = simulate(SimulationConfig(
             url=service.url, users=args.users, turns=args.turns, seed=7, admin_token=ADMIN_TOKEN, extract=True,
             preference=Preference(args.prefer, length_words=length_words), verbosities=VERBOSITIES,
-            rates=ReactionRates(**args.rate), concurrency=8, timeout_s=900, extract_timeout_s=900))
+            rates=parse_rates(args.rate), concurrency=8, timeout_s=900, extract_timeout_s=900))
     finally:
         service.stop()
     return {"settings": settings, "summary": summary.as_dict()}
@@ -202,8 +197,8 @@ def main() -> None:
     ap.add_argument("--model-dir", type=Path, default=REPO / ".cache/test/models/smollm2-135m-instruct")
     ap.add_argument("--prefer", choices=["short", "long"], default="short")
     ap.add_argument("--method", choices=["kto", "dpo"], default="kto")
-    ap.add_argument("--rate", type=_rate, action="append", default=[],
-                    help="a simulated user's reaction rate, NAME=VALUE (deploy.loop.simulate.ReactionRates)")
+    ap.add_argument("--rate", action="append", default=[],
+                    help="a simulated user's reaction weight, NAME=P, as `advisor simulate --rate`")
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--train-steps", type=int, default=30)
@@ -214,13 +209,7 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    args.rate = dict(args.rate)
     run(args)
-
-
-def _rate(text: str) -> tuple[str, float]:
-    name, _, value = text.partition("=")
-    return name, float(value)
 
 
 def run(args) -> None:
@@ -246,7 +235,7 @@ def run(args) -> None:
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         lap("vllm_start")
         base = answers_by_verbosity(url, served)
-        base_words, base_rho = mean_words(base), verbosity_rho(base)
+        base_words, base_rho = steering(base)
         length_words = round(statistics.mean(base_words.values()))
         lap("base_answers")
         samples = sampled_pairs(url, served)
@@ -258,7 +247,7 @@ def run(args) -> None:
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         load_adapter(url.removesuffix("/v1"), "candidate", status.state.adapter_dir)
         cand = answers_by_verbosity(url, "candidate")
-        cand_words, cand_rho = mean_words(cand), verbosity_rho(cand)
+        cand_words, cand_rho = steering(cand)
         lap("candidate_answers")
     pairs = held_out_pairs(samples, args.prefer, length_words)
     margins = reward_margins(args.model_dir, Path(status.state.adapter_dir), pairs)
