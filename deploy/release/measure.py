@@ -89,10 +89,12 @@ def use(model: Any, side: Side):
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
-               cache: Any = None, sampled: bool = False, batch_size: int | None = None):
+               cache: Any = None, sampled: bool = False, batch_size: int | None = None,
+               max_new_tokens: int | None = None):
     """Answers to questions rendered as a chat turn renders them: the safety `policy` first in the
     system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
-    `gate.max_new_tokens` long for the gate; `sampled` draws them as the service does (`backend.*`)."""
+    `max_new_tokens` (default `gate.max_new_tokens`) long for the gate; `sampled` draws them as
+    the service does (`backend.*`)."""
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
@@ -107,7 +109,7 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
     kwargs = {"attributes": steerlm} if steerlm is not None else None
     b = settings.backend
-    tokens = b.max_new_tokens if sampled else settings.gate.max_new_tokens
+    tokens = b.max_new_tokens if sampled else max_new_tokens or settings.gate.max_new_tokens
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
     generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy"}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size or settings.gate.batch_size,
@@ -237,18 +239,32 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
         out.details["hh"]["cached_scores"] = {"reused": scorer.reused, "scored": scorer.scored}
 
 
-def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
-    from evaluator.steerability import answer_grid, level_means, score
+def steer_grid(model: Any, tokenizer: Any, settings: Any, prompts: list[str], cache: Any = None) -> list:
+    """The gate's steering grid (`evaluator.steerability.answer_grid`): greedy answers of the model
+    alone at each of `gate.steer_values` for verbosity and for complexity, the other at its default."""
+    from evaluator.steerability import answer_grid
     from store.attributes import Attributes
 
-    values = list(inp.settings.gate.steer_values)
+    gs = settings.gate
 
     def answer(questions: list[str], attribute: str, value: int) -> list[str]:
-        return _answer_fn(model, tokenizer, inp.settings, Attributes(**{attribute: value}), cache=side.cache)(questions)
+        # Length is what verbosity is measured by, so its answers get room to be long; complexity
+        # is read per sentence and word, which the gate's usual cap already shows.
+        tokens = gs.steer_max_new_tokens if attribute == "verbosity" else None
+        return _answer_fn(model, tokenizer, settings, Attributes(**{attribute: value}), cache=cache,
+                          max_new_tokens=tokens)(questions)
 
-    inp.say(f"{side.name}: steering grid, {len(inp.steer_prompts)} prompts × {len(values)} values × 2 sliders")
+    return answer_grid(answer, prompts, list(gs.steer_values))
+
+
+def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:
+    from evaluator.steerability import level_means, score
+
+    gs = inp.settings.gate
+    inp.say(f"{side.name}: steering grid, {len(inp.steer_prompts)} prompts × {len(gs.steer_values)} values × 2 "
+            f"sliders (verbosity answers up to {gs.steer_max_new_tokens} tokens)")
     with use(model, side):
-        rows = answer_grid(answer, inp.steer_prompts, values)
+        rows = steer_grid(model, tokenizer, inp.settings, inp.steer_prompts, cache=side.cache)
     summary = score(rows)
     out.metrics["steerability"] = summary["score"]
     out.items["steerability"] = rows

@@ -169,7 +169,8 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
     """The live release's answers are cached by (release, prompt, generation settings), and its HH
     scores and judges' scores by (release, conversation, answer): gating again against the same live
     release generates and scores the candidate's side only, with the same numbers; a change in the
-    generation settings misses the answers and their judges' scores, not the HH scores."""
+    generation settings misses the answers generated with them and their judges' scores, not the HH
+    scores (the steering grid's verbosity answers have their own cap, so they are reused)."""
     import evaluator.generation
 
     real, generated = evaluator.generation.hf_answer_fn, []
@@ -196,8 +197,9 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
     assert again_count == first_count - per_side == first_count // 2  # only the candidate's answers
     assert again.details["live"]["cached_answers"] == {"reused": per_side, "generated": 0}
     assert again.live == pytest.approx(first.live) and again.candidate == pytest.approx(first.candidate)
-    assert changed.details["live"]["cached_answers"] == {"reused": 0, "generated": per_side}
-    assert sum(generated) == first_count
+    verbosity_rows = 2 * 2  # 2 prompts × 2 values, at gate.steer_max_new_tokens
+    assert changed.details["live"]["cached_answers"] == {"reused": verbosity_rows, "generated": per_side - verbosity_rows}
+    assert sum(generated) == first_count - verbosity_rows
     scored = first.details["live"]["hh"]["cached_scores"]["scored"]
     assert scored == 2 * first.details["live"]["hh"]["pairs"] and first.details["live"]["hh"]["cached_scores"]["reused"] == 0
     for later in (again, changed):
