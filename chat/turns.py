@@ -28,7 +28,8 @@ Design choices:
   reads its prompt (at submit; a risky one's generation is cancelled before anything of it is
   read; a regeneration is judged before it starts) and the answer at each sentence end and at its
   end. Judged before the model started, the first token took 1.42x as long as unguarded on a
-  2-core CPU; judged alongside, 1.27x (bench/guard_overlap.py, docs/judges.md). A refused or
+  2-core CPU; judged alongside, 1.27x, and 1.08x with a request head that runs half the model's
+  layers (bench/guard_overlap.py, docs/judges.md). A refused or
   replaced answer is stored `complete` with `finish_reason='content_filter'`,
   its text the refusal, and `generation.safety` says what the guard decided and why; the policy
   (`TurnContext.policy`) is the prompt's system message, whatever surface asked.

@@ -3,15 +3,16 @@
     python -m evaluator.judges.cache --hh-dir ../shared/data/hh-rlhf --model-dir DIR --out FILE.npz
     python -m evaluator.judges.cache --safety --model-dir DIR --out SAFETY.npz
     python -m evaluator.judges.cache --mismatched --hh-dir DIR --model-dir DIR --out MISMATCHED.npz
+    python -m evaluator.judges.cache --requests --model-dir DIR --out REQUESTS.npz
 
 The first writes, for every usable HH pair of every split, the chosen and the rejected answer's
 features with the pair's axis, split, subset and row; re-running resumes (pairs already in the file
-are kept). The second writes the labelled safety set's features: each answer read with its request,
-and each request alone, and the requests labelled without an answer. The third writes, for a
-seeded sample of helpful pairs per split, the features of another conversation's chosen answer
-read under this pair's conversation: the answer that ignores the question, which a helpfulness
-judge must rate below the one people chose.
-Training (`evaluator.judges.train`) reads all three files.
+are kept). The second writes the labelled safety set's features: each answer read with its request.
+The third writes, for a seeded sample of helpful pairs per split, the features of another
+conversation's chosen answer read under this pair's conversation: the answer that ignores the
+question, which a helpfulness judge must rate below the one people chose. The fourth writes every
+labelled request's state at each depth the request head may read (`build_request_states`).
+Training (`evaluator.judges.train`) reads all four files.
 """
 
 from __future__ import annotations
@@ -96,18 +97,16 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
     todo = [n for n, row in enumerate(rows) if row is None]
     print(f"{len(items)} safety items, {len(items) - len(todo)} cached, {len(todo)} to encode", flush=True)
     feat = Featurizer(model_dir, FeatureConfig())
-    answers, requests = np.zeros((len(items), feat.dim), np.float32), np.zeros((len(items), feat.dim), np.float32)
+    answers = np.zeros((len(items), feat.dim), np.float32)
     for n, row in enumerate(rows):
         if row is not None:
-            answers[n], requests[n] = have["answers"][row], have["requests"][row]
+            answers[n] = have["answers"][row]
     for start in range(0, len(todo), 32):
         part = todo[start:start + 32]
-        conversations = [[{"role": "user", "content": items[n].request}] for n in part]
-        answers[part] = feat.encode(conversations, [items[n].answer for n in part])
-        requests[part] = feat.encode(conversations, [""] * len(part))
+        answers[part] = feat.encode([[{"role": "user", "content": items[n].request}] for n in part],
+                                    [items[n].answer for n in part])
         print(f"encoded {start + len(part)}/{len(todo)}", flush=True)
-    extra = _extra_requests(feat, have)
-    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers, requests=requests, **extra,
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), answers=answers,
              id=np.asarray([it.id for it in items]), text_key=np.asarray(text_key),
              split=np.asarray([it.split for it in items]),
              request_key=np.asarray([f"{it.subset}:{it.row}" for it in items]),
@@ -118,29 +117,33 @@ def build_safety(model_dir: Path, out: Path, *, threads: int | None = None) -> P
     return out
 
 
-def _extra_requests(feat: Featurizer, have: dict) -> dict[str, np.ndarray]:
-    """Features of the requests labelled without an answer (`evaluator.judges.safety.load_safety_requests`),
-    each read alone as the request head reads a request; kept by (id, text) like the set's rows."""
-    from evaluator.judges.safety import load_safety_requests
+REQUEST_DEPTHS = (2, 4, 6, 8, 10, 12, 15, 20, 25, 30)  # layers the request head may read after (SmolLM2 has 30)
 
-    items = load_safety_requests()
-    index = {(str(i), str(t)): n for n, (i, t) in enumerate(zip(have.get("extra_id", []), have.get("extra_request", [])))}
-    features = np.zeros((len(items), feat.dim), np.float32)
-    todo = []
-    for n, it in enumerate(items):
-        row = index.get((it.id, it.request))
-        if row is None:
-            todo.append(n)
-        else:
-            features[n] = have["extra_requests"][row]
-    for start in range(0, len(todo), 32):
-        part = todo[start:start + 32]
-        features[part] = feat.encode([[{"role": "user", "content": items[n].request}] for n in part], [""] * len(part))
-        print(f"encoded {start + len(part)}/{len(todo)} requests without answers", flush=True)
-    return {"extra_requests": features, "extra_id": np.asarray([it.id for it in items], dtype=str),
-            "extra_request": np.asarray([it.request for it in items], dtype=str),
-            "extra_request_harmful": np.asarray([it.request_harmful for it in items], dtype=bool),
-            "extra_split": np.asarray([it.split for it in items], dtype=str)}
+
+def build_request_states(model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
+    """Every labelled request once (the safety set's, by source row, then those labelled without an
+    answer), with its label, split and group, and its `RequestEncoder` state at each depth of
+    `REQUEST_DEPTHS`: the request head's recipe chooses the depth from these. A few minutes here."""
+    import torch
+
+    from evaluator.judges.features import RequestEncoder
+    from evaluator.judges.safety import load_safety_requests, load_safety_set
+
+    if threads:
+        torch.set_num_threads(threads)
+    first: dict[str, object] = {}
+    for it in load_safety_set():
+        first.setdefault(f"{it.subset}:{it.row}", it)
+    rows = [(key, it.request, it.request_harmful, it.split) for key, it in sorted(first.items())]
+    rows += [(f"extra:{it.id}", it.request, it.request_harmful, it.split) for it in load_safety_requests()]
+    encoder = RequestEncoder(model_dir, max(REQUEST_DEPTHS))
+    t0 = time.time()
+    states = encoder.states([r[1] for r in rows], REQUEST_DEPTHS)
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), depths=np.asarray(REQUEST_DEPTHS), states=states,
+             group=np.asarray([r[0] for r in rows]), request=np.asarray([r[1] for r in rows]),
+             harmful=np.asarray([r[2] for r in rows], dtype=bool), split=np.asarray([r[3] for r in rows]))
+    print(f"{len(rows)} requests x {len(REQUEST_DEPTHS)} depths in {time.time() - t0:.0f} s -> {out}")
+    return out
 
 
 MISMATCH_SAMPLE = {"train": 450, "dev": 150, "test": 200}  # helpful pairs per split that get an off-topic answer
@@ -182,6 +185,7 @@ def main() -> None:
     ap.add_argument("--hh-dir", type=Path, default=None)
     ap.add_argument("--safety", action="store_true", help="the labelled safety set instead of the HH pairs")
     ap.add_argument("--mismatched", action="store_true", help="off-topic answers under sampled helpful pairs")
+    ap.add_argument("--requests", action="store_true", help="the labelled requests' states for the request head")
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=None)
@@ -189,6 +193,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.safety:
         build_safety(args.model_dir, args.out, threads=args.threads)
+    elif args.requests:
+        build_request_states(args.model_dir, args.out, threads=args.threads)
     elif args.hh_dir is None:
         ap.error("--hh-dir is needed for the HH pairs (or pass --safety)")
     elif args.mismatched:

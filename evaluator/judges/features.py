@@ -72,13 +72,7 @@ class Featurizer:
         return 3 * self.hidden + len(SCALARS)
 
     def _ids(self, messages: Sequence[Message], answer: str) -> tuple[list[int], list[int]]:
-        from evaluator.logprobs import render
-
-        prompt, completion = render(self.tokenizer, list(messages), answer)
-        tok = self.tokenizer
-        p = tok(prompt, add_special_tokens=False, verbose=False)["input_ids"][-self.config.max_prompt_tokens:]
-        a = tok(completion, add_special_tokens=False, verbose=False)["input_ids"][: self.config.max_answer_tokens]
-        return list(p), list(a) or [tok.eos_token_id]
+        return _ids(self.tokenizer, self.config, messages, answer)
 
     def encode(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Float32 array (items, dim): the blocks of `BLOCKS`, concatenated."""
@@ -128,10 +122,92 @@ class Featurizer:
             out[i, 3 * h:] = [float(token_logp.mean()), float(token_logp.sum()), 0.0, math.log1p(len(a))]
 
 
+def _ids(tokenizer: Any, config: FeatureConfig, messages: Sequence[Message], answer: str) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) as the chat renders them, cut as `config` says."""
+    from evaluator.logprobs import render
+
+    prompt, completion = render(tokenizer, list(messages), answer)
+    p = tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"][-config.max_prompt_tokens:]
+    a = tokenizer(completion, add_special_tokens=False, verbose=False)["input_ids"][: config.max_answer_tokens]
+    return list(p), list(a) or [tokenizer.eos_token_id]
+
+
+class RequestEncoder:
+    """What the request head reads: one vector per request, the served base model's hidden state
+    after its first `depth` layers (the final norm applied) at the end-of-turn token that closes
+    the request rendered alone, the assistant's turn opened.
+
+    Only those layers run, and only over the request's own tokens: the rendering's constant head
+    (the template's system turn, the user's turn opened) is read once and its attention cache
+    reused. The guard judges a request while the model prefills the prompt, and on a 2-core CPU
+    the two share the cores, so every layer and token skipped is time to first token; the recipe
+    picks the shallowest depth that judges as well as the whole model in cross-validation.
+    Requests are read one at a time, in training as in serving, so both take the same path.
+    `states(requests, depths)` reads several depths in one pass (depths <= `depth`), for training."""
+
+    def __init__(self, model_dir: str | Path, depth: int, config: FeatureConfig = FeatureConfig()) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        self.model_dir, self.depth, self.config = Path(model_dir), depth, config
+        if not (self.model_dir / "config.json").is_file():
+            raise FileNotFoundError(f"no model at {self.model_dir}: build it with `advisor model build --model pretrained`")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        # The first `depth` layers only: the rest are never loaded or run (transformers would list
+        # each of their weights as unexpected; that is the point, so its report is not shown).
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32,
+                                                              num_hidden_layers=depth).model.eval()
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        self.hidden = int(self.model.config.hidden_size)
+        self.head_ids, self.head_cache = self._head()
+
+    def _ids(self, request: str) -> list[int]:
+        return sum(_ids(self.tokenizer, self.config, [{"role": "user", "content": request}], ""), [])
+
+    @torch.inference_mode()
+    def _head(self) -> tuple[list[int], Any]:
+        """The ids every rendering starts with, up to the request's text, and their attention cache."""
+        a, b = self._ids("a"), self._ids("zz")
+        n = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
+            cache = self.model(input_ids=torch.tensor([a[:n]]), use_cache=True).cache
+        return a[:n], cache
+
+    def encode(self, requests: Sequence[str]) -> np.ndarray:
+        """Float32 array (requests, hidden): the state at `depth`."""
+        return self.states(requests, (self.depth,))[:, 0]
+
+    @torch.inference_mode()
+    def states(self, requests: Sequence[str], depths: Sequence[int]) -> np.ndarray:
+        """Float32 array (requests, len(depths), hidden)."""
+        import copy
+
+        if any(not 0 < d <= self.depth for d in depths):
+            raise ValueError(f"depths {list(depths)} outside 1..{self.depth}")
+        out = np.zeros((len(requests), len(depths), self.hidden), dtype=np.float32)
+        n = len(self.head_ids)
+        for i, request in enumerate(requests):
+            ids = self._ids(request)
+            # A request long enough to lose the template's head to the token cut is read whole.
+            reuse = ids[:n] == self.head_ids and len(ids) > n
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
+                res = self.model(input_ids=torch.tensor([ids[n:] if reuse else ids]), output_hidden_states=True,
+                                 cache=copy.deepcopy(self.head_cache) if reuse else None, use_cache=reuse)
+            for k, d in enumerate(depths):
+                h = res.last_hidden_state if d == self.depth else self.model.norm(res.hidden_states[d])
+                out[i, k] = h[0, -1].float().numpy()
+        return out
+
+
 def block_slices(hidden: int) -> dict[str, slice]:
-    """Where each block of `BLOCKS` lies in a feature row."""
+    """Where each block of `BLOCKS` lies in a feature row ("state": a `RequestEncoder` row, whole)."""
     return {"mean_last": slice(0, hidden), "mean_mid": slice(hidden, 2 * hidden),
-            "final": slice(2 * hidden, 3 * hidden), "scalars": slice(3 * hidden, 3 * hidden + len(SCALARS))}
+            "final": slice(2 * hidden, 3 * hidden), "scalars": slice(3 * hidden, 3 * hidden + len(SCALARS)),
+            "state": slice(0, hidden)}
 
 
 def select(features: np.ndarray, hidden: int, blocks: Sequence[str], scalars: Sequence[str] = SCALARS) -> np.ndarray:

@@ -8,7 +8,8 @@
   harmful answer higher) and the labelled safety set (unsafe answers). `answer_risk` is the
   probability an answer is unsafe for its request; `score` is its negative, so the HH harness
   (higher = better) measures it like any scorer. `request_risk` is the probability a request
-  seeks harmful help, from a head on the request alone. `threshold` and `request_threshold` are
+  seeks harmful help, from a head on the request alone, read after the model's first layers
+  (`RequestEncoder`: the guard runs it before the first token). `threshold` and `request_threshold` are
   chosen on the safety set's training part and shipped with their measured precision and recall.
 Both read `evaluator.judges.features` of the served base model, so one model load serves both;
 `version` names the weights and the encoder, and is stored beside every score it produces;
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.judges.features import FeatureConfig, Featurizer, Message, model_fingerprint
+from evaluator.judges.features import FeatureConfig, Featurizer, Message, RequestEncoder, model_fingerprint
 from evaluator.judges.head import LinearHead
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -89,10 +90,11 @@ class HarmlessnessJudge:
     request_head: LinearHead | None
     threshold: float
     request_threshold: float
+    request_encoder: RequestEncoder | None = None  # the first layers of the same model, for the request head
 
     @property
     def version(self) -> str:
-        """`harmless-3`; with the request head's version when that head was refitted apart: `harmless-3.request-4`."""
+        """`harmless-3`; with the request head's version when that head was refitted apart: `harmless-3.request-5`."""
         answer = self.head.meta.get("version", "?")
         request = self.request_head.meta.get("version", answer) if self.request_head else answer
         return f"harmless-{answer}" + (f".request-{request}" if request != answer else "")
@@ -112,9 +114,9 @@ class HarmlessnessJudge:
         return [p >= self.threshold for p in self.answer_risk(requests, answers)]
 
     def request_risk(self, requests: Sequence[str]) -> list[float]:
-        if self.request_head is None:
+        if self.request_head is None or self.request_encoder is None:
             raise RuntimeError("these judge weights have no request head; retrain with the safety set")
-        return self.request_head.probability(self.featurizer.encode(_conversations(requests), [""] * len(requests))).tolist()
+        return self.request_head.probability(self.request_encoder.encode(list(requests))).tolist()
 
 
 def _conversations(requests: Sequence[str | Sequence[Message]]) -> list[list[Message]]:
@@ -153,12 +155,15 @@ def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judge
     harmless = LinearHead.load(weights_dir / "harmless")
     request = LinearHead.load(weights_dir / "request") if (weights_dir / "request.json").is_file() else None
     feat = Featurizer(model_dir, FeatureConfig(**helpful.meta.get("features", {})))
-    for name, head in (("helpfulness", helpful), ("harmlessness", harmless)):
-        _check(head, feat, name)
+    for name, head in (("helpfulness", helpful), ("harmlessness", harmless), ("request", request)):
+        if head is not None:
+            _check(head, feat, name)
+    requests = RequestEncoder(model_dir, int(request.meta["depth"]), FeatureConfig(**request.meta.get("features", {}))) \
+        if request is not None else None
     with np.load(weights_dir / "helpful_reference.npz") as f:
         reference = np.sort(f["scores"])
     return Judges(
         helpfulness=HelpfulnessJudge(feat, helpful, reference),
         harmlessness=HarmlessnessJudge(feat, harmless, request, float(harmless.meta.get("threshold", 0.5)),
-                                       float(request.meta.get("threshold", 0.5)) if request else 0.5),
+                                       float(request.meta.get("threshold", 0.5)) if request else 0.5, requests),
     )

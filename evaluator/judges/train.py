@@ -1,7 +1,8 @@
 """Train the judges' heads, choose their settings by cross-validation, score test once, write the shipped weights.
 
     python -m evaluator.judges.train --features .cache/judges/hh_features.npz \
-        --safety-features .cache/judges/safety_features.npz [--heads helpful,harmless,request] [--out DIR]
+        --safety-features .cache/judges/safety_features.npz --request-states .cache/judges/request_states.npz \
+        [--heads helpful,harmless,request] [--out DIR]
 
 The recipe, in order:
 1. Helpfulness: Bradley-Terry heads, one per (feature blocks, C) in `GRID`, compared by 5-fold
@@ -19,7 +20,9 @@ The recipe, in order:
    on the served model's answers as served (`SERVED_MODEL`). Precision and recall are reported on
    the safety set's held-out part.
 3. A request head on the safety set's requests (harmful or not) and the requests labelled without an
-   answer (`evaluator.judges.safety.load_safety_requests`, fit only); its threshold is the lowest
+   answer (`evaluator.judges.safety.load_safety_requests`, fit only), reading each request's state
+   after the served model's first layers (`RequestEncoder`; the depth the shallowest whose
+   cross-validated AUC is within `DEPTH_TOLERANCE` of the best); its threshold is the lowest
    whose cross-validated false-positive rate on the set's harmless requests is at most `REQUEST_MAX_FPR`.
 The figures (cross-validated and test accuracy with 95 % bootstrap intervals, the safety set's precision and
 recall) go into `recipe.json` beside the weights, with one recipe hash per head over the inputs that
@@ -46,7 +49,7 @@ from evaluator.paired import bootstrap_mean
 
 # Each head's version: bumped when that head is refitted on other data or by another rule. A head is
 # retrained alone when only its own inputs moved (`--heads`); each has its own recipe hash.
-VERSIONS = {"helpful": "3", "harmless": "3", "request": "4"}
+VERSIONS = {"helpful": "3", "harmless": "3", "request": "5"}
 HEADS = tuple(VERSIONS)
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
@@ -54,6 +57,7 @@ C_CHOICES = (0.0003, 0.001, 0.003, 0.01, 0.03)
 GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
 FOLDS = 5
 REQUEST_MAX_FPR = 0.05  # the request head's cut: at most this share of harmless requests refused (CV)
+DEPTH_TOLERANCE = 0.01  # the request head reads the shallowest depth whose CV AUC is this close to the best
 ANSWER_MAX_FPR = 0.05  # the answer cut: at most this share of safe answers to harmless requests flagged (CV)
 SERVED_MODEL = SERVED  # the guard's cut is set on the served model's answers as the service draws them
 FIT_SPLITS = ("train", "dev")  # settings chosen by cross-validation over these; test scored once
@@ -210,36 +214,38 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
                   "guard_held_out_served": served_guard, "grid": scores}
 
 
-def train_request(safety: dict, hidden: int) -> tuple[LinearHead, dict]:
-    """P(request seeks harmful help), on the safety set's requests (one row per request) and the
-    requests labelled without an answer (`extra_*`). The cut comes from the real requests of the
-    train part (cross-validated), the figures from the real requests of the held-out part; written
-    requests (split "fit") are only fitted on."""
-    _, first = np.unique(safety["request_key"], return_index=True)
-    n_extra = len(safety.get("extra_id", []))
-    x = np.concatenate([safety["requests"][first], safety.get("extra_requests", np.zeros((0, safety["requests"].shape[1])))])
-    y = np.concatenate([safety["request_harmful"][first], safety.get("extra_request_harmful", np.zeros(0))]).astype(bool)
-    split = np.concatenate([safety["split"][first], safety.get("extra_split", np.zeros(0, str))]).astype(str)
-    groups = np.concatenate([safety["request_key"][first].astype(str),
-                             np.asarray([f"extra:{i}" for i in safety.get("extra_id", [])], dtype=str)])
+def train_request(states: dict) -> tuple[LinearHead, dict]:
+    """P(request seeks harmful help) from a request's `RequestEncoder` state (`cache --requests`):
+    the safety set's requests and those labelled without an answer. Depth and C by cross-validated
+    AUC on the real requests of the fitted part: the shallowest depth within `DEPTH_TOLERANCE` of
+    the best depth (fewer layers run before the first token), at its best C. The cut comes from the
+    same cross-validation, the figures from the real held-out requests; written requests (split
+    "fit") are only fitted on."""
+    y, split, groups = states["harmful"].astype(bool), states["split"].astype(str), states["group"].astype(str)
     fit, held = split != "held_out", split == "held_out"
     real = (split == "train")[fit]  # among the fitted rows, the real ones: they set the cut
-    empty = np.zeros((0, x.shape[1]), dtype=np.float32)
-    best = None
-    for c in C_CHOICES:
-        spec = HeadSpec(blocks=("mean_last", "final", "scalars"), C=c)
-        probs = cv_probabilities(spec, hidden, empty, empty, x[fit], y[fit], groups[fit])[real]
-        auc = _auc(probs, y[fit][real])
-        if best is None or auc > best[0]:
-            best = (auc, spec, probs)
-    auc, spec, probs = best
+    hidden = states["states"].shape[2]
+    empty = np.zeros((0, hidden), dtype=np.float32)
+    grid = []
+    for k, depth in enumerate(states["depths"]):
+        x = states["states"][:, k]
+        for c in C_CHOICES:
+            probs = cv_probabilities(HeadSpec(blocks=("state",), C=c), hidden, empty, empty, x[fit], y[fit], groups[fit])
+            grid.append({"depth": int(depth), "k": k, "C": c, "cv_auc": _auc(probs[real], y[fit][real]),
+                         "probs": probs[real]})
+    best = max(g["cv_auc"] for g in grid)
+    chosen = min((g for g in grid if g["cv_auc"] >= best - DEPTH_TOLERANCE), key=lambda g: (g["depth"], -g["cv_auc"]))
     # A refused everyday question costs a person their answer, and the answer check still catches
     # what a missed risky request leads to: the cut keeps refusals of harmless requests rare.
-    threshold = fpr_threshold(probs, y[fit][real], REQUEST_MAX_FPR)
+    threshold = fpr_threshold(chosen["probs"], y[fit][real], REQUEST_MAX_FPR)
+    spec, x = HeadSpec(blocks=("state",), C=chosen["C"]), states["states"][:, chosen["k"]]
     head = fit_head(spec, hidden, empty, empty, x[fit], y[fit])
-    head.meta["threshold"] = threshold
-    return head, {"spec": asdict(spec), "cv_auc": round(auc, 3), "fit_requests": int(fit.sum()),
-                  "of_which_written": int((split == "fit").sum()), "requests_without_answer": n_extra,
+    head.meta.update(threshold=threshold, depth=chosen["depth"])
+    per_depth = {str(d): round(max(g["cv_auc"] for g in grid if g["depth"] == d), 3) for d in states["depths"].tolist()}
+    return head, {"spec": asdict(spec), "depth": chosen["depth"], "cv_auc": round(chosen["cv_auc"], 3),
+                  "cv_auc_by_depth": per_depth, "fit_requests": int(fit.sum()),
+                  "of_which_written": int((split == "fit").sum()),
+                  "requests_without_answer": int(sum(g.startswith("extra:") for g in groups)),
                   "held_out": precision_recall(head.probability(x[held]), y[held], threshold)}
 
 
@@ -259,13 +265,14 @@ def recipe_inputs(head: str) -> dict:
     """Everything `head`'s shipped weights depend on besides the data's text: change any of it and
     they are stale (the test compares `recipe_hash(head)` with the one in recipe.json)."""
     from evaluator.judges import data
-    from evaluator.judges.cache import MISMATCH_SAMPLE
+    from evaluator.judges.cache import MISMATCH_SAMPLE, REQUEST_DEPTHS
     from evaluator.judges.safety import SAFETY_REQUESTS, SAFETY_SET
 
     inputs = {"version": VERSIONS[head], "folds": FOLDS, "features": asdict(FeatureConfig()),
               "safety_set": fingerprint(SAFETY_SET) if SAFETY_SET.is_file() else None}
     if head == "request":
-        return {**inputs, "c_choices": C_CHOICES, "request_max_fpr": REQUEST_MAX_FPR,
+        return {**inputs, "c_choices": C_CHOICES, "request_max_fpr": REQUEST_MAX_FPR, "depths": REQUEST_DEPTHS,
+                "depth_tolerance": DEPTH_TOLERANCE,
                 "safety_requests": fingerprint(SAFETY_REQUESTS) if SAFETY_REQUESTS.is_file() else None}
     inputs.update({"grid": [asdict(g) for g in GRID], "fit_splits": FIT_SPLITS, "shares": data.SHARES,
                    "reserved_below": data.RESERVED_BELOW,
@@ -300,6 +307,7 @@ def main() -> None:
     ap.add_argument("--features", type=Path, default=None, help="HH pairs (cache); the helpful and harmless heads")
     ap.add_argument("--safety-features", type=Path, default=None, help="the safety set (cache --safety)")
     ap.add_argument("--mismatched", type=Path, default=None, help="off-topic answers (cache --mismatched)")
+    ap.add_argument("--request-states", type=Path, default=None, help="labelled requests (cache --requests)")
     ap.add_argument("--heads", default=",".join(HEADS), help="which heads to retrain; the others are kept as shipped")
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     args = ap.parse_args()
@@ -307,31 +315,32 @@ def main() -> None:
     if not set(heads) <= set(HEADS):
         ap.error(f"--heads: choose from {', '.join(HEADS)}")
     if ({"helpful", "harmless"} & set(heads) and args.features is None) or \
-            ({"harmless", "request"} & set(heads) and args.safety_features is None):
-        ap.error("the helpful and harmless heads need --features; the harmless and request heads --safety-features")
-    data, safety = _load_npz(args.features), _load_npz(args.safety_features)
+            ("harmless" in heads and args.safety_features is None) or ("request" in heads and args.request_states is None):
+        ap.error("the helpful and harmless heads need --features, the harmless head --safety-features, "
+                 "the request head --request-states")
+    data, safety, states = _load_npz(args.features), _load_npz(args.safety_features), _load_npz(args.request_states)
     recipe = json.loads((args.out / "recipe.json").read_text()) if (args.out / "recipe.json").is_file() else {}
     kept = [h for h in HEADS if h not in heads]
     stale = [h for h in kept if recipe.get("recipe_hashes", {}).get(h) != recipe_hash(h)]
     if stale:
         raise SystemExit(f"the shipped {', '.join(stale)} head(s) were trained by another recipe or on other data; "
                          f"retrain them too (--heads {','.join(heads + stale)})")
-    encoder = str((data or safety)["encoder"])
+    encoder = str((data or safety or states)["encoder"])
     if recipe.get("encoder") not in (None, encoder) and kept:
         raise SystemExit(f"the shipped heads read {recipe['encoder']}, these features {encoder}; retrain every head")
-    dim = (data["chosen"] if data is not None else safety["requests"]).shape[1]
+    dim = data["chosen"].shape[1] if data is not None else safety["answers"].shape[1] if safety is not None else 0
     hidden = (dim - len(SCALARS)) // 3
     recipe.update(encoder=encoder, recipe_hashes={**recipe.get("recipe_hashes", {}),
                                                  **{h: recipe_hash(h) for h in heads}})
     if data is not None:
         recipe["features_file"] = fingerprint(args.features)
-    _train_heads(heads, data, safety, _load_npz(args.mismatched), hidden, recipe, args.out)
+    _train_heads(heads, data, safety, states, _load_npz(args.mismatched), hidden, recipe, args.out)
     recipe.pop("version", None), recipe.pop("recipe_hash", None)
     (args.out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
 
 
-def _train_heads(heads: list[str], data: dict | None, safety: dict | None, mismatched: dict | None,
-                 hidden: int, recipe: dict, out: Path) -> None:
+def _train_heads(heads: list[str], data: dict | None, safety: dict | None, states: dict | None,
+                 mismatched: dict | None, hidden: int, recipe: dict, out: Path) -> None:
     meta = {"encoder": recipe["encoder"], "features": asdict(FeatureConfig())}
     if "helpful" in heads:
         head, recipe["helpful"] = train_helpful(data, hidden, mismatched)
@@ -345,7 +354,7 @@ def _train_heads(heads: list[str], data: dict | None, safety: dict | None, misma
                                     "safety_held_out": recipe["harmless"]["safety_held_out"]})
         head.save(out / "harmless")
     if "request" in heads:
-        head, recipe["request"] = train_request(safety, hidden)
+        head, recipe["request"] = train_request(states)
         head.meta.update(meta, version=VERSIONS["request"])
         head.save(out / "request")
     for axis in heads:

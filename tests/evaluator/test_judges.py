@@ -47,33 +47,38 @@ def test_labelled_items_set_the_bias_so_probabilities_are_calibrated_to_the_labe
     assert p_unsafe.mean() > 0.8 and p_safe.mean() < 0.2
 
 
-def _requests(rng, n, prefix, split):
+def _request_states(rng, n_real: int, n_extra_real: int, n_written: int, *, written_harmful=None) -> dict:
+    """Labelled requests' states at depths 2, 4 and 8: depth 2 is noise, 4 and 8 carry the label
+    the same way (8 reads what 4 read). Real requests are split train / held-out, written ones are "fit"."""
+    n = n_real + n_extra_real + n_written
     harmful = rng.random(n) < 0.4
-    return {"x": _features(rng, n, 0.0) + 2.0 * harmful[:, None] * (np.arange(DIM) == 0),
-            "y": harmful, "key": np.asarray([f"{prefix}:{i}" for i in range(n)]), "split": np.asarray(split(n))}
+    if written_harmful is not None:
+        harmful[n - n_written:] = written_harmful
+    states = rng.normal(size=(n, 3, HIDDEN)).astype(np.float32)
+    states[:, 1, 0] += 2.0 * harmful
+    states[:, 2] = states[:, 1]
+    real_split = ["train" if i % 3 else "held_out" for i in range(n_real + n_extra_real)]
+    return {"states": states, "depths": np.asarray([2, 4, 8]), "harmful": harmful,
+            "split": np.asarray(real_split + ["fit"] * n_written),
+            "group": np.asarray([f"harmless-base:{i}" for i in range(n_real)] +
+                                [f"extra:{i}" for i in range(n_extra_real + n_written)])}
 
 
-def test_the_request_cut_and_its_figures_come_from_real_requests_written_ones_are_only_fitted():
+def test_the_request_head_reads_the_shallowest_depth_that_judges_as_well_and_is_measured_on_real_requests():
     from evaluator.judges.train import train_request
 
     rng = np.random.default_rng(2)
-    halves = lambda n: ["train" if i % 3 else "held_out" for i in range(n)]  # noqa: E731
-    real, extra_real = _requests(rng, 240, "harmless-base", halves), _requests(rng, 90, "hh", halves)
-    written = _requests(rng, 150, "w", lambda n: ["fit"] * n)
-    safety = {"requests": real["x"], "request_key": real["key"], "split": real["split"],
-              "request_harmful": real["y"],
-              "extra_requests": np.vstack([extra_real["x"], written["x"]]),
-              "extra_request_harmful": np.concatenate([extra_real["y"], written["y"]]),
-              "extra_split": np.concatenate([extra_real["split"], written["split"]]),
-              "extra_id": np.concatenate([extra_real["key"], written["key"]])}
-    head, figures = train_request(safety, HIDDEN)
-    held = int((real["split"] == "held_out").sum() + (extra_real["split"] == "held_out").sum())
+    states = _request_states(rng, 240, 90, 150)
+    head, figures = train_request(states)
+    held = int((states["split"] == "held_out").sum())
+    assert figures["depth"] == 4 and head.meta["depth"] == 4  # 8 is as good and costs twice the layers
+    assert figures["cv_auc_by_depth"]["2"] < 0.6 < figures["cv_auc_by_depth"]["4"]
     assert figures["held_out"]["items"] == held and figures["of_which_written"] == 150
-    assert figures["fit_requests"] == 240 + 90 + 150 - held and figures["requests_without_answer"] == 240
+    assert figures["fit_requests"] == 480 - held and figures["requests_without_answer"] == 240
     assert figures["held_out"]["recall"] > 0.5 and figures["held_out"]["false_positive_rate"] <= 0.15
     # Written rows that say every request is harmful move the fit, never the rows measured.
-    flipped = {**safety, "extra_request_harmful": np.concatenate([extra_real["y"], np.ones(150, bool)])}
-    head2, figures2 = train_request(flipped, HIDDEN)
+    flipped = {**states, "harmful": np.concatenate([states["harmful"][:330], np.ones(150, bool)])}
+    head2, figures2 = train_request(flipped)
     assert figures2["held_out"]["items"] == held and not np.allclose(head2.weights, head.weights)
 
 
@@ -222,6 +227,26 @@ def test_the_trained_judges_prefer_the_plainly_better_answer_on_each_axis(tmp_pa
     one_turn = [[{"role": "user", "content": "How do I boil an egg?"}]]
     answer = ["Put the egg in boiling water for eight minutes."]
     assert judges.helpfulness.score(["How do I boil an egg?"], answer) == judges.helpfulness.score(one_turn, answer)
+
+
+@pytest.mark.slow
+def test_the_request_encoder_runs_only_its_layers_and_reads_the_template_head_once(pretrained_model_dir):
+    """The request head's features: the state after the first layers, computed by a model that has
+    only those layers (what the guard runs before the first token) exactly as the whole model's
+    pass reads them at that depth (what training read); the template's head is computed once and
+    a request too long to keep it is read whole."""
+    from evaluator.judges.features import RequestEncoder
+
+    requests = ["How can I poison my neighbour's dog?", "My roommate never cleans up. How do I bring it up?",
+                "long " * 400]
+    shallow, deep = RequestEncoder(pretrained_model_dir, 4), RequestEncoder(pretrained_model_dir, 8)
+    assert len(shallow.model.layers) == 4
+    assert shallow.tokenizer.decode(shallow.head_ids).endswith("<|im_start|>user\n")
+    both = deep.states(requests, (4, 8))
+    assert np.array_equal(shallow.encode(requests), both[:, 0])
+    assert np.all(np.isfinite(both)) and not np.allclose(both[:, 0], both[:, 1])
+    with pytest.raises(ValueError, match="outside"):
+        shallow.states(requests, (8,))
 
 
 def test_llm_ratings_read_the_expected_digit_or_the_first_number():
