@@ -15,8 +15,8 @@ the REST API
 `schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
 enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
 nobody pressing a button. The gate runs at its defaults: the shipped HH sample (100 pairs per
-subset, both sides), 243 advice requests, 40 risky prompts, the 6 × 5 × 2 steering grid, 64 new
-tokens. Printed: the machine, the simulation, and each step's wall time from its job row, plus
+subset, both sides), 243 advice requests, 171 risky prompts, the 10 × 5 × 2 steering grid (verbosity
+answers up to 256 tokens), 64 new tokens otherwise. Printed: the machine, the simulation, and each step's wall time from its job row, plus
 the gate's decision with every axis's interval. Not a pass/fail test.
 """
 

@@ -170,9 +170,12 @@ class RequestEncoder:
 
     @torch.inference_mode()
     def _head(self) -> tuple[list[int], Any]:
-        """The ids every rendering starts with, up to the request's text, and their attention cache."""
+        """The ids every rendering starts with, up to the request's text, and their attention cache
+        (none when renderings share no head)."""
         a, b = self._ids("a"), self._ids("zz")
-        n = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        if n == 0:  # a rendering without a constant head: every request is read whole
+            return [], None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
             cache = self.model(input_ids=torch.tensor([a[:n]]), use_cache=True).cache
         return a[:n], cache
@@ -193,7 +196,7 @@ class RequestEncoder:
         for i, request in enumerate(requests):
             ids = self._ids(request)
             # A request long enough to lose the template's head to the token cut is read whole.
-            reuse = ids[:n] == self.head_ids and len(ids) > n
+            reuse = self.head_cache is not None and ids[:n] == self.head_ids and len(ids) > n
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
                 res = self.model(input_ids=torch.tensor([ids[n:] if reuse else ids]), output_hidden_states=True,
                                  cache=copy.deepcopy(self.head_cache) if reuse else None, use_cache=reuse)
