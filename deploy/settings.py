@@ -231,8 +231,8 @@ class GateSettings:
     batch_size: int = pydantic.Field(default=16, ge=1)
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes
-    # ~220 words at verbosity 4, and at 64 tokens every answer from verbosity 2 up ends at the cap.
-    steer_prompts: int = pydantic.Field(default=10, ge=0, le=10)
+    # ~200 words at verbosity 4, and at 64 tokens every answer from verbosity 1 up ends at the cap.
+    steer_prompts: int = pydantic.Field(default=20, ge=0, le=20)
     steer_max_new_tokens: int = pydantic.Field(default=256, ge=1)
     steer_values: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     # Bootstrap resamples and seed of every axis's interval (the decision is reproducible).

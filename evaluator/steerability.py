@@ -47,6 +47,16 @@ PROMPTS = (
     "How can I eat more vegetables without much effort?",
     "How do I prepare for my first week at a new job?",
     "How can I spend less time on my phone in the evening?",
+    "How do I tell my manager I'm overwhelmed with my workload?",
+    "What should I do when my partner and I disagree about money?",
+    "How can I make friends after moving to a new city?",
+    "How do I stay motivated to exercise in winter?",
+    "What is a kind way to decline a wedding invitation?",
+    "How should I handle a friend who is always late?",
+    "How can I spend less on groceries each week?",
+    "How do I ask for a raise without sounding demanding?",
+    "What can I do when I can't fall asleep at night?",
+    "How do I set boundaries with parents who call every day?",
 )
 
 SteerAnswerFn = Callable[[Sequence[str], str, int], list[str]]  # (questions, attribute, value) -> answers

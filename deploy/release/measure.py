@@ -251,8 +251,10 @@ def steer_grid(model: Any, tokenizer: Any, settings: Any, prompts: list[str], ca
         # Length is what verbosity is measured by, so its answers get room to be long; complexity
         # is read per sentence and word, which the gate's usual cap already shows.
         tokens = gs.steer_max_new_tokens if attribute == "verbosity" else None
+        # One batch per cell: a cell's answers run to about the same length, so a second batch of
+        # a few prompts would cost nearly as many decoding steps as the first.
         return _answer_fn(model, tokenizer, settings, Attributes(**{attribute: value}), cache=cache,
-                          max_new_tokens=tokens)(questions)
+                          max_new_tokens=tokens, batch_size=max(gs.batch_size, len(questions)))(questions)
 
     return answer_grid(answer, prompts, list(gs.steer_values))
 

@@ -44,7 +44,7 @@ VERBOSITIES = (0, 1, 2, 3, 4)
 MIN_RHO = 0.6
 MAX_NEW_TOKENS = 200
 # 20 held-out prompts: the steering check's 10 plus 10 more, none of them a corpus question.
-EXTRA_PROMPTS = STEER_PROMPTS  # the gate's steering prompts: also none of them a corpus question
+EXTRA_PROMPTS = STEER_PROMPTS[:10]  # the gate's first 10 steering prompts: also none of them a corpus question
 
 
 def spearman(x: list[float], y: list[float]) -> float:

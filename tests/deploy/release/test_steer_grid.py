@@ -13,7 +13,7 @@ from evaluator.steerability import score
 def _fake_answer_fn(calls: list[int]):
     """An `_answer_fn` whose answers are as long as the verbosity slider asks, cut at the cap
     (about 0.75 words a token); records each call's cap, in the grid's order."""
-    def answer_fn(model, tokenizer, settings, attributes, *, cache=None, max_new_tokens=None):
+    def answer_fn(model, tokenizer, settings, attributes, *, cache=None, max_new_tokens=None, batch_size=None):
         tokens = max_new_tokens or settings.gate.max_new_tokens
         calls.append(tokens)
         wanted = 20 + 60 * attributes.verbosity
