@@ -193,12 +193,13 @@ class RequestEncoder:
             raise ValueError(f"depths {list(depths)} outside 1..{self.depth}")
         out = np.zeros((len(requests), len(depths), self.hidden), dtype=np.float32)
         n = len(self.head_ids)
+        inner = any(d < self.depth for d in depths)  # the guard reads the last layer alone: no per-layer copies
         for i, request in enumerate(requests):
             ids = self._ids(request)
             # A request long enough to lose the template's head to the token cut is read whole.
             reuse = self.head_cache is not None and ids[:n] == self.head_ids and len(ids) > n
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
-                res = self.model(input_ids=torch.tensor([ids[n:] if reuse else ids]), output_hidden_states=True,
+                res = self.model(input_ids=torch.tensor([ids[n:] if reuse else ids]), output_hidden_states=inner,
                                  cache=copy.deepcopy(self.head_cache) if reuse else None, use_cache=reuse)
             for k, d in enumerate(depths):
                 h = res.last_hidden_state if d == self.depth else self.model.norm(res.hidden_states[d])
