@@ -4,6 +4,8 @@ sees when the server is killed. One server start for the whole module (~40 s).""
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import openai
 import pytest
@@ -102,11 +104,21 @@ def test_bad_adapter_path_is_a_clear_error(vllm_server, tmp_path):
 
 @pytest.mark.timeout(120)  # a hang guard, not a timing assertion
 def test_killed_server_fails_fast_mid_stream_and_after(vllm_server):
-    stream = client(vllm_server).chat.completions.create(
+    # The tiny model writes 900 tokens in about a second, faster than a client can react, so a
+    # short stream can sit whole in the socket buffers before the kill lands. This one is ~12 MB
+    # (8 choices with their top log-probabilities) against a 64 KiB receive buffer and the
+    # kernel's 4 MiB send buffer: whatever the timing, most of it is still unsent when the server dies.
+    small_buffer = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)])
+    choices, max_tokens = 8, 900
+    stream = client(vllm_server, http_client=httpx.Client(transport=small_buffer)).chat.completions.create(
         model=vllm_server.model,
         messages=QUESTION,
-        max_tokens=900,
-        temperature=0,
+        max_tokens=max_tokens,
+        n=choices,
+        temperature=1,
+        seed=0,
+        logprobs=True,
+        top_logprobs=20,
         stream=True,
         extra_body={"ignore_eos": True},
     )
@@ -118,7 +130,7 @@ def test_killed_server_fails_fast_mid_stream_and_after(vllm_server):
             if len(got) == 1:
                 vllm_server.kill()
     assert not isinstance(info.value, (openai.APITimeoutError, httpx.TimeoutException))
-    assert 1 <= len(got) < 900
+    assert 1 <= len(got) < choices * max_tokens
 
     with pytest.raises(openai.APIConnectionError) as info:
         answer(vllm_server, vllm_server.model)
