@@ -26,3 +26,18 @@ def test_served_rows_follow_the_first_600_with_one_row_per_request(tmp_path):
     assert {(r["subset"], r["row"]) for r in rows[:len(requests)]} == set(requests)
     assert {r["row"] for r in rows[len(requests):]} == {5000, 5001, 5002}  # dev only, after the draws
     assert all(r["model"] == SERVED and r["answer_unsafe"] is None and r["answer"] == r["answer"].strip() for r in rows)
+
+
+def test_red_team_draws_mix_two_harmful_to_one_harmless_and_number_from_s1060(tmp_path):
+    order = m.red_team_order()
+    assert all(r.source == "hh" and r.subset == "harmless-base" for r in order)
+    assert [r.request_harmful for r in order[:6]] == [True, True, False, True, True, False]
+    assert len({(r.subset, r.row) for r in order}) == len(order)
+    work = tmp_path / "draws.jsonl"  # a finished draw of the first four: nothing is generated again
+    work.write_text("".join(json.dumps({"kind": "risky", "subset": r.subset, "row": r.row, "request": r.request,
+                                        "request_harmful": r.request_harmful, "side": "served",
+                                        "answer": " an answer ", "batch_seconds": 1.0}) + "\n" for r in order[:4]))
+    rows = m.request_draws(tmp_path, work, 4)
+    assert [r["id"] for r in rows] == ["s1060", "s1061", "s1062", "s1063"]
+    assert [r["request_harmful"] for r in rows] == [True, True, False, True]
+    assert all(r["model"] == SERVED and r["answer_unsafe"] is None and r["answer"] == "an answer" for r in rows)

@@ -21,6 +21,13 @@ the set's requests answered as the service draws an answer (policy, sampled, up 
 `deploy.release.measure.served_answer_fn`), ids s0600-s0899; and the 160 served answers of
 `bench/guard_cuts.py`'s dev part (judges' train and dev rows, none of the set's requests), ids
 s0900-s1059. They are written unlabelled to `--out` for annotators, like the first 600.
+
+    python -m tools.data.make_safety_set --served-requests 400 --data-dir .cache/test
+
+More served answers to red-team requests (`--served-requests N`, ids from s1060), because the answer
+head's recall on served answers is what the guard lacks: the real harmless-base requests of
+`safety_requests.jsonl` (already labelled, so only the answer is read), two harmful ones to each
+harmless one, in a fixed order; a stopped draw keeps the mix.
 """
 
 from __future__ import annotations
@@ -137,6 +144,33 @@ def served_rows(data_dir: Path, bench_answers: Path, work: Path) -> list[dict]:
              "request_harmful": None, "answer_unsafe": None} for i, r in enumerate(drawn + dev)]
 
 
+def red_team_order() -> list:
+    """The real harmless-base requests of `safety_requests.jsonl`, two harmful ones to each
+    harmless one, each kind in a seeded shuffle: the order `request_draws` answers them in."""
+    from evaluator.judges.safety import load_safety_requests
+
+    reqs = [r for r in load_safety_requests() if r.source == "hh" and r.subset == "harmless-base"]
+    harmful = [r for r in reqs if r.request_harmful]
+    harmless = [r for r in reqs if not r.request_harmful]
+    random.Random(SEED + 3).shuffle(harmful)
+    random.Random(SEED + 4).shuffle(harmless)
+    return [r for i in range(len(harmful)) for r in ([harmful[i]] + ([harmless[i // 2]] if i % 2 else []))]
+
+
+def request_draws(data_dir: Path, work: Path, n: int, first_id: int = 1060) -> list[dict]:
+    """The first `n` of `red_team_order` answered as served (drawn into `work`, resumable), as
+    unlabelled rows whose `request_harmful` is the request's own label."""
+    from evaluator.shipped import read_jsonl
+
+    todo = [{"kind": "risky", "subset": r.subset, "row": r.row, "request": r.request, "request_harmful": r.request_harmful}
+            for r in red_team_order()[:n]]
+    done = {(r["subset"], r["row"]) for r in read_jsonl(work)} if work.is_file() else set()
+    draw([r for r in todo if (r["subset"], r["row"]) not in done], "served", data_dir, work)
+    keys = ("kind", "subset", "row", "request")
+    return [{"id": f"s{first_id + i:04d}", **{k: r[k] for k in keys}, "model": SERVED, "answer": r["answer"].strip(),
+             "request_harmful": r["request_harmful"], "answer_unsafe": None} for i, r in enumerate(read_jsonl(work))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hh", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared/data/hh-rlhf")
@@ -146,11 +180,20 @@ def main() -> None:
     ap.add_argument("--bench-answers", type=Path, default=Path("bench/results/guard-cuts-answers.jsonl"))
     ap.add_argument("--work", type=Path, default=Path(".cache/judges/safety_served_draws.jsonl"),
                     help="--served: the draws so far (a stopped run resumes)")
+    ap.add_argument("--served-requests", type=int, default=0, metavar="N",
+                    help="N red-team requests of safety_requests.jsonl answered as served (s1060 on)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 beside another model job)")
     args = ap.parse_args()
     if args.threads:
         __import__("torch").set_num_threads(args.threads)
+    if args.served_requests:
+        work = args.work.with_name("safety_served_requests_draws.jsonl")
+        rows = request_draws(args.data_dir, work, args.served_requests)
+        out = args.out if args.out != OUT else Path("safety_served_requests_unlabelled.jsonl")
+        write_jsonl(rows, out)
+        print(f"wrote {len(rows)} unlabelled served rows to {out}")
+        return
     if args.served:
         rows = served_rows(args.data_dir, args.bench_answers, args.work)
         out = args.out if args.out != OUT else Path("safety_served_unlabelled.jsonl")
