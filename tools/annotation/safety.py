@@ -8,6 +8,8 @@ each (the first 600 rows once), and `safety_labels_kappa.jsonl`, a fourth annota
 of 100 of them drawn with a fixed seed. The served rows (s0600 on): `safety_labels_{4,5,6}.jsonl`
 and `safety_labels_kappa_served.jsonl` (100 of them, blind). All worked from
 `docs/safety_conventions.md` alone, seeing the request and the answer but not which model wrote it.
+The served answers to red-team requests (s1060 on): `safety_labels_{7,8,9,10}.jsonl` (100 rows each)
+and `safety_labels_kappa_redteam.jsonl` (100 of them, blind), by `redteam_served_brief.md`.
 
     python tools/annotation/safety.py UNLABELLED.jsonl [SERVED_UNLABELLED.jsonl]
 """
@@ -34,7 +36,7 @@ def kappa(a, b):
 
 def main(*unlabelled):
     first = {}
-    for path in sorted(RECORDS.glob("safety_labels_[0-9].jsonl")):
+    for path in sorted(RECORDS.glob("safety_labels_[0-9]*.jsonl")):
         first.update(read(path))
     rows = [json.loads(line) for path in unlabelled for line in open(path) if line.strip()]
     missing = [r["id"] for r in rows if r["id"] not in first]
