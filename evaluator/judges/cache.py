@@ -35,7 +35,10 @@ def _load(path: Path) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 32, threads: int | None = None) -> Path:
+def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 32, threads: int | None = None,
+          axes: tuple[str, ...] = ("helpful", "harmless")) -> Path:
+    """`axes` limits the pairs encoded (the harmless head alone needs a third of the hour); a later
+    run with both axes adds the rest to the same file."""
     import torch
 
     if threads:
@@ -45,7 +48,7 @@ def build(hh_dir: Path, model_dir: Path, out: Path, *, chunk: int = 32, threads:
     done = {(s, int(r)) for s, r in zip(have.get("subset", []), have.get("row", []))}
     # Test and dev first, then train in a seeded shuffle: training can start on whatever train
     # pairs are ready, and they are a random sample of all of them.
-    todo = [jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done]
+    todo = [jp for jp in pairs if (jp.pair.subset, jp.pair.row) not in done and jp.axis in axes]
     random.Random(0).shuffle(todo)
     todo.sort(key=lambda jp: {"test": 0, "dev": 1, "train": 2}[jp.split])
     print(f"{len(pairs)} pairs ({len(done)} cached, {len(todo)} to go); left out: {left_out}", flush=True)
@@ -134,8 +137,12 @@ def build_request_states(model_dir: Path, out: Path, *, threads: int | None = No
     first: dict[str, object] = {}
     for it in load_safety_set():
         first.setdefault(f"{it.subset}:{it.row}", it)
-    rows = [(key, it.request, it.request_harmful, it.split) for key, it in sorted(first.items())]
-    rows += [(f"extra:{it.id}", it.request, it.request_harmful, it.split) for it in load_safety_requests()]
+    extra = load_safety_requests()
+    # A request labelled without an answer and later answered in the set is read once, with its
+    # first label (the set's answers to it were drawn for the answer head).
+    answered_later = {f"{it.subset}:{it.row}" for it in extra if it.subset is not None}
+    rows = [(key, it.request, it.request_harmful, it.split) for key, it in sorted(first.items()) if key not in answered_later]
+    rows += [(f"extra:{it.id}", it.request, it.request_harmful, it.split) for it in extra]
     encoder = RequestEncoder(model_dir, max(REQUEST_DEPTHS))
     t0 = time.time()
     states = encoder.states([r[1] for r in rows], REQUEST_DEPTHS)
@@ -189,6 +196,7 @@ def main() -> None:
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--axes", default="helpful,harmless", help="HH pairs: the axes to encode (resumable)")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.safety:
@@ -200,7 +208,7 @@ def main() -> None:
     elif args.mismatched:
         build_mismatched(args.hh_dir, args.model_dir, args.out, threads=args.threads)
     else:
-        build(args.hh_dir, args.model_dir, args.out, threads=args.threads)
+        build(args.hh_dir, args.model_dir, args.out, threads=args.threads, axes=tuple(args.axes.split(",")))
 
 
 if __name__ == "__main__":

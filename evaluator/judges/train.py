@@ -49,7 +49,7 @@ from evaluator.paired import bootstrap_mean
 
 # Each head's version: bumped when that head is refitted on other data or by another rule. A head is
 # retrained alone when only its own inputs moved (`--heads`); each has its own recipe hash.
-VERSIONS = {"helpful": "3", "harmless": "3", "request": "5"}
+VERSIONS = {"helpful": "3", "harmless": "4", "request": "5"}
 HEADS = tuple(VERSIONS)
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
@@ -332,9 +332,9 @@ def main() -> None:
     hidden = (dim - len(SCALARS)) // 3
     recipe.update(encoder=encoder, recipe_hashes={**recipe.get("recipe_hashes", {}),
                                                  **{h: recipe_hash(h) for h in heads}})
-    if data is not None:
-        recipe["features_file"] = fingerprint(args.features)
     _train_heads(heads, data, safety, states, _load_npz(args.mismatched), hidden, recipe, args.out)
+    for head in {"helpful", "harmless"} & set(heads):  # which HH features file each head was fitted on
+        recipe[head]["features_file"] = fingerprint(args.features)
     recipe.pop("version", None), recipe.pop("recipe_hash", None)
     (args.out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
 
