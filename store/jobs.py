@@ -112,6 +112,12 @@ class Jobs:
                 self._db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", [*params, job_id])
         return self.get(job_id)
 
+    def merge_result(self, job_id: str, fields: dict, *, status: str | None = None, error: str | None = None) -> Job:
+        """Add `fields` to the job's result, keeping the keys they do not name (progress written
+        beside a final outcome must not drop it), with a status and error when given."""
+        with self._db.transaction():
+            return self.update(job_id, status=status, error=error, result={**self.get(job_id).result, **fields})
+
     def get(self, job_id: str) -> Job:
         row = self._db.read_one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         if row is None:

@@ -240,14 +240,14 @@ def poll_training(store: Store, run_id: str) -> TrainingStatus:
         if state.adapter_dir:
             metrics["adapter_dir"] = state.adapter_dir
         run = store.jobs.update_training_run(run_id, status=outcome, metrics=metrics, error=error)
-        if run.job_id:
-            store.jobs.update(run.job_id, status=outcome, error=error,
-                                  result={"run_id": run_id, "metrics": metrics, "adapter_dir": state.adapter_dir})
+        if run.job_id:  # complete as written: a reader that sees the status sees the outcome
+            store.jobs.merge_result(run.job_id, {"run_id": run_id, "run_status": outcome, **state.fields(),
+                                                 "metrics": metrics, "adapter_dir": state.adapter_dir},
+                                    status=outcome, error=error)
         _release_lock(Path(run.run_dir).parent, run_id)
     elif run.job_id and state.alive and state.last:
         # Live progress on the job row, for the operator screen.
-        store.jobs.update(run.job_id, result={"run_id": run_id, "step": state.step, "max_steps": state.max_steps,
-                                             "loss": state.loss, "eta_s": state.eta_s})
+        store.jobs.merge_result(run.job_id, {"run_id": run_id, **state.fields()})
     return TrainingStatus(run, state)
 
 

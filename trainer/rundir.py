@@ -165,6 +165,12 @@ class RunState:
     def finished(self) -> bool:
         return self.status in TERMINAL
 
+    def fields(self) -> dict[str, Any]:
+        """Where the run is, as a job row shows it: step, of how many, its loss and the time left."""
+        return {"step": self.step, "max_steps": self.max_steps,
+                "progress": f"{self.step}/{self.max_steps}" if self.max_steps else str(self.step),
+                "loss": self.loss, "eta_s": None if self.eta_s is None else round(self.eta_s, 1)}
+
 
 def run_state(run_dir: Path) -> RunState:
     run_dir = Path(run_dir)

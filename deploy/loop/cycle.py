@@ -205,7 +205,7 @@ class _Cycle:
         if run.status == "failed":
             raise RuntimeError(run.error)
         def progress(**kw: Any) -> None:
-            self.store.jobs.update(job_id, result=kw)
+            self.store.jobs.merge_result(job_id, kw)  # keeps the outcome the run's end writes there
             if self.is_cancelled():
                 cancel_training(self.store, run.id)
                 raise Cancelled()

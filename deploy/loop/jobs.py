@@ -48,9 +48,10 @@ class JobContext:
     params: dict = field(default_factory=dict)
 
     def progress(self, **result: Any) -> None:
-        """Write partial results (progress, loss…) onto the job row while it runs."""
+        """Write partial results (progress, loss…) onto the job row while it runs, keeping what
+        is there (a training run's outcome lands on the row before its job function returns)."""
         if self.job is not None:
-            self.store.jobs.update(self.job.id, result=result)
+            self.store.jobs.merge_result(self.job.id, result)
 
 
 JobFunc = Callable[[JobContext], dict | None]

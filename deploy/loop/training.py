@@ -128,11 +128,8 @@ def start_training(
 
 def progress_fields(status: TrainingStatus) -> dict[str, Any]:
     """What the jobs table shows for a run: where it is, its loss and how long is left."""
-    state = status.state
-    step = f"{state.step}/{state.max_steps}" if state.max_steps else str(state.step)
-    return {"run_id": status.run.id, "method": status.run.method, "run_status": state.status,
-            "step": state.step, "max_steps": state.max_steps, "progress": step, "loss": state.loss,
-            "eta_s": None if state.eta_s is None else round(state.eta_s, 1)}
+    return {"run_id": status.run.id, "method": status.run.method, "run_status": status.state.status,
+            **status.state.fields()}
 
 
 def follow_training(
