@@ -206,3 +206,14 @@ def test_clean_text_rejects_bad_input(bad, fragment):
 
 def test_clean_text_strips_control_characters():
     assert clean_text("a\x00b\x1bc\n d\t") == "abc\n d"
+
+
+def test_merging_a_job_result_keeps_the_keys_it_does_not_name(store):
+    # A training run's end writes its outcome onto the job row; progress written after it (the
+    # job's last report) must not drop the outcome, and a status given with the merge is set.
+    job = store.jobs.create("train")
+    store.jobs.merge_result(job.id, {"run_id": "r1", "step": 3, "adapter_dir": "/runs/r1/adapter"}, status="succeeded")
+    after = store.jobs.merge_result(job.id, {"step": 4, "progress": "4/4"})
+    assert after.status == "succeeded"
+    assert after.result == {"run_id": "r1", "step": 4, "adapter_dir": "/runs/r1/adapter", "progress": "4/4"}
+    assert store.jobs.get(job.id).result == after.result
