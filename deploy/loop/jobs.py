@@ -162,10 +162,9 @@ class JobRegistry:
         except Exception as exc:  # a job's failure is recorded, never kills the scheduler
             log.error("job %s (%s) failed: %s", kind, job.id, traceback.format_exc())
             return self.ctx.store.jobs.update(job.id, status="failed", error=f"{type(exc).__name__}: {exc}")
-        current = self.ctx.store.jobs.get(job.id)
-        merged = {**current.result, **result, **({"replica": self.replica} if self.replica else {})}
-        status = merged.pop("status", None) if merged.get("status") in ("skipped", "cancelled") else None
-        return self.ctx.store.jobs.update(job.id, status=status or "succeeded", result=merged)
+        result = {**result, **({"replica": self.replica} if self.replica else {})}
+        status = result.pop("status", None) if result.get("status") in ("skipped", "cancelled") else None
+        return self.ctx.store.jobs.merge_result(job.id, result, status=status or "succeeded")
 
 
 def make_scheduler() -> BackgroundScheduler:
