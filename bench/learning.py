@@ -3,7 +3,7 @@ short (or long) answers, one KTO or DPO run with LoRA, and what it changed on pr
 
     .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
         [--prefer short|long] [--method kto|dpo] [--rate regenerate=0.6 ...]
-        [--users 16] [--turns 5] [--train-steps 30] [--out bench/results/learning-smollm2.json]
+        [--users 16] [--turns 5] [--train-steps 30] [--gate] [--out bench/results/learning-smollm2.json]
 
 Steps, each timed:
 1. vLLM's CPU build serves the model (runtime LoRA on); the advisor service runs on it (the
@@ -25,6 +25,8 @@ Steps, each timed:
 6. vLLM again, the adapter loaded at run time: the candidate answers the held-out questions at
    the same five positions; then the implicit reward β·(log π − log π_ref) of each held-out pair
    (transformers, the adapter disabled for π_ref), under the prompt its answers were sampled for.
+7. With `--gate`, the release gate on the candidate in the run's own store, against the base
+   model, every gate setting at its default.
 
 Printed and written as JSON: the machine, every step's time, the training set, base → candidate
 mean words (per slider position too), Spearman ρ of verbosity and words over the held-out
@@ -192,6 +194,21 @@ def train(args, settings, data: Path):
                     "final_loss": status.state.loss, "overrides": overrides}
 
 
+def gate(model_dir: Path, data: Path, run_id: str) -> dict:
+    """The release gate on the candidate, in the run's own store, against the base model, with every
+    gate setting at its default (judges, guard, safety policy), as `advisor release gate` runs it."""
+    from deploy.release.evaluate import gate_candidate
+    from deploy.settings import load_settings
+    from store import Store
+
+    settings = load_settings(environ={}, overrides={"data_dir": str(data), "backend.model": str(model_dir),
+                                                    "backend.steering": "instruct", "judges.model_dir": str(model_dir)})
+    with Store(settings.db_path) as store:
+        outcome = gate_candidate(store, settings, run_id)
+    return {"promote": outcome.decision.promote, "reasons": outcome.decision.reasons,
+            "candidate": outcome.candidate, "live": outcome.live, "steps": outcome.details.get("steps")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", type=Path, default=REPO / ".cache/test/models/smollm2-135m-instruct")
@@ -207,6 +224,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--lora-alpha", type=int, default=64)
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
+    ap.add_argument("--gate", action="store_true", help="then gate the candidate against the base model (about 20 min)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     run(args)
@@ -219,6 +237,7 @@ def run(args) -> None:
 
     args.model_dir = args.model_dir.resolve()
     data = Path(tempfile.mkdtemp(prefix="advisor-learning-"))
+    print(f"data: {data}", flush=True)
     report: dict = {"machine": cpu_model(), "model": str(args.model_dir), "prefer": args.prefer,
                     "method": args.method, "rates": args.rate, "users": args.users, "turns": args.turns,
                     "timings_s": {}}
@@ -264,6 +283,9 @@ def run(args) -> None:
         "reward_margin_ci95": interval(margins),
         "pairs_won": round(sum(m > 0 for m in margins) / len(margins), 3),
         "pairs_won_ci95": interval([float(m > 0) for m in margins])})
+    if args.gate:
+        report["gate"] = gate(args.model_dir, data, status.run.id)
+        lap("gate")
     emit(report, args.out)
 
 
