@@ -22,6 +22,7 @@ the gate's axis reads under each. Not a pass/fail test; run it on a quiet machin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -55,19 +56,13 @@ def score(model, tokenizer, subsets, batch, side: str) -> dict:
     from evaluator.scoring import LogLikelihoodScorer
 
     scorer = LogLikelihoodScorer(model, tokenizer, batch, mean=True)
-    ctx = model.disable_adapter() if side == "live" else _null()
+    ctx = model.disable_adapter() if side == "live" else contextlib.nullcontext()
     t0, c0 = time.monotonic(), time.process_time()
     with ctx:
         report, outcomes, _ = evaluate_hh_pairs(subsets, scorer)
     return {"seconds": round(time.monotonic() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
             "accuracy": report.mean, "helpful": report.helpful, "harmless": report.harmless,
             "tokens": scorer.stats.tokens, "outcomes": outcomes}
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def main() -> None:

@@ -47,6 +47,15 @@ def adapter_run(root: Path, base_model: Path, steps: int) -> Path:
     return run_dir
 
 
+def gate_settings(data_dir: Path, base: Path):
+    """Every setting at its default but where the data and the base model are: the gate as the
+    service runs it (SmolLM2 as served, steered by instructions; the judges read the same model)."""
+    from deploy.settings import load_settings
+
+    return load_settings(environ={}, overrides={"data_dir": str(data_dir), "backend.model": str(base),
+                                                "judges.model_dir": str(base)})
+
+
 def timed_gate(store, settings, run_id: str) -> dict:
     from deploy.release.evaluate import gate_candidate
 
@@ -72,13 +81,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from deploy.release.registry import ensure_base_release
-    from deploy.settings import load_settings
     from store import Store
 
     base = (args.data_dir / "models" / "smollm2-135m-instruct").resolve()
     root = args.root or Path(tempfile.mkdtemp(prefix="advisor-gate-time-"))
-    settings = load_settings(environ={}, overrides={"data_dir": str(root / "data"), "backend.model": str(base),
-                                                    "judges.model_dir": str(base)})
+    settings = gate_settings(root / "data", base)
     print(f"root: {root}", flush=True)
     with Store(settings.db_path) as store:
         ensure_base_release(store, str(base))

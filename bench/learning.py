@@ -197,12 +197,12 @@ def train(args, settings, data: Path):
 def gate(model_dir: Path, data: Path, run_id: str) -> dict:
     """The release gate on the candidate, in the run's own store, against the base model, with every
     gate setting at its default (judges, guard, safety policy), as `advisor release gate` runs it."""
+    from gate_time import gate_settings
+
     from deploy.release.evaluate import gate_candidate
-    from deploy.settings import load_settings
     from store import Store
 
-    settings = load_settings(environ={}, overrides={"data_dir": str(data), "backend.model": str(model_dir),
-                                                    "backend.steering": "instruct", "judges.model_dir": str(model_dir)})
+    settings = gate_settings(data, model_dir)
     with Store(settings.db_path) as store:
         outcome = gate_candidate(store, settings, run_id)
     return {"promote": outcome.decision.promote, "reasons": outcome.decision.reasons,
