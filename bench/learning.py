@@ -57,6 +57,8 @@ from _machine import cpu_model, emit  # noqa: E402
 from hh_models import interval  # noqa: E402
 
 VERBOSITIES = (0, 1, 2, 3, 4)
+# Every answer's cap, held-out and simulated alike, unless `--max-tokens` says otherwise. At 128
+# the base model's answers at verbosity 3-4 already reach it, so "long" learning shows as a floor.
 MAX_NEW_TOKENS = 128
 
 
@@ -67,29 +69,29 @@ def _messages(question: str, verbosity: int) -> list[dict]:
     return render([{"role": "user", "content": question}], Attributes(verbosity=verbosity), "instruct")[0]
 
 
-def _chat(url: str, model: str, messages: list[dict], **sampling) -> list[str]:
+def _chat(url: str, model: str, messages: list[dict], max_tokens: int, **sampling) -> list[str]:
     import httpx
 
-    body = {"model": model, "messages": messages, "max_tokens": MAX_NEW_TOKENS, **sampling}
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, **sampling}
     r = httpx.post(f"{url}/chat/completions", json=body, timeout=600)
     r.raise_for_status()
     return [c["message"]["content"].strip() for c in r.json()["choices"]]
 
 
-def answers_by_verbosity(url: str, model: str) -> dict[int, list[str]]:
+def answers_by_verbosity(url: str, model: str, max_tokens: int) -> dict[int, list[str]]:
     """Greedy answers to the held-out questions at each slider position, 16 requests at a time."""
     from chat.builtin.check import HELD_OUT_QUESTIONS
 
     jobs = [(v, q) for v in VERBOSITIES for q in HELD_OUT_QUESTIONS]
     with ThreadPoolExecutor(16) as pool:
-        out = list(pool.map(lambda job: _chat(url, model, _messages(job[1], job[0]), temperature=0)[0], jobs))
+        out = list(pool.map(lambda job: _chat(url, model, _messages(job[1], job[0]), max_tokens, temperature=0)[0], jobs))
     by_v: dict[int, list[str]] = {v: [] for v in VERBOSITIES}
     for (v, _), answer in zip(jobs, out):
         by_v[v].append(answer)
     return by_v
 
 
-def sampled_pairs(url: str, model: str) -> list[dict]:
+def sampled_pairs(url: str, model: str, max_tokens: int) -> list[dict]:
     """Two sampled answers per held-out question and slider position, with the service's sampling."""
     from chat.backends import SamplingParams
     from chat.builtin.check import HELD_OUT_QUESTIONS
@@ -99,7 +101,7 @@ def sampled_pairs(url: str, model: str) -> list[dict]:
 
     def two(job):
         v, i, q = job
-        return _chat(url, model, _messages(q, v), n=2, temperature=params.temperature, top_p=params.top_p,
+        return _chat(url, model, _messages(q, v), max_tokens, n=2, temperature=params.temperature, top_p=params.top_p,
                      seed=1000 * v + i)
 
     with ThreadPoolExecutor(16) as pool:
@@ -150,7 +152,7 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
 
     settings = tiny_settings(data, Path(args.model_dir), **{
         "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
-        "backend.max_new_tokens": MAX_NEW_TOKENS, "backend.timeout_s": 600, "canary.enabled": False})
+        "backend.max_new_tokens": args.max_tokens, "backend.timeout_s": 600, "canary.enabled": False})
     service = start_service(settings)
     try:
         summary = simulate(SimulationConfig(
@@ -225,6 +227,7 @@ def main() -> None:
     ap.add_argument("--lora-alpha", type=int, default=64)
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--gate", action="store_true", help="then gate the candidate against the base model (about 20 min)")
+    ap.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS, help="every answer's cap, held-out and simulated")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     run(args)
@@ -240,6 +243,7 @@ def run(args) -> None:
     print(f"data: {data}", flush=True)
     report: dict = {"machine": cpu_model(), "model": str(args.model_dir), "prefer": args.prefer,
                     "method": args.method, "rates": args.rate, "users": args.users, "turns": args.turns,
+                    "max_new_tokens": args.max_tokens,
                     "timings_s": {}}
     t = report["timings_s"]
     clock = time.monotonic()
@@ -253,11 +257,11 @@ def run(args) -> None:
     vllm = SimpleNamespace(vllm_url="", served_model_name="advisor", vllm_python=args.vllm_python)
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         lap("vllm_start")
-        base = answers_by_verbosity(url, served)
+        base = answers_by_verbosity(url, served, args.max_tokens)
         base_words, base_rho = steering(base)
         length_words = round(statistics.mean(base_words.values()))
         lap("base_answers")
-        samples = sampled_pairs(url, served)
+        samples = sampled_pairs(url, served, args.max_tokens)
         lap("held_out_samples")
         sim = simulate_users(args, url, served, data, length_words)
         lap("simulate")
@@ -265,7 +269,7 @@ def run(args) -> None:
     lap(f"train_{args.method}")
     with vllm_endpoint(vllm, args.model_dir) as (url, served):
         load_adapter(url.removesuffix("/v1"), "candidate", status.state.adapter_dir)
-        cand = answers_by_verbosity(url, "candidate")
+        cand = answers_by_verbosity(url, "candidate", args.max_tokens)
         cand_words, cand_rho = steering(cand)
         lap("candidate_answers")
     pairs = held_out_pairs(samples, args.prefer, length_words)
