@@ -4,6 +4,7 @@
     python -m evaluator.judges.cache --safety --model-dir DIR --out SAFETY.npz
     python -m evaluator.judges.cache --mismatched --hh-dir DIR --model-dir DIR --out MISMATCHED.npz
     python -m evaluator.judges.cache --requests --model-dir DIR --out REQUESTS.npz
+    python -m evaluator.judges.cache --alone --hh-dir DIR --model-dir DIR --out ALONE.npz
 
 The first writes, for every usable HH pair of every split, the chosen and the rejected answer's
 features with the pair's axis, split, subset and row; re-running resumes (pairs already in the file
@@ -11,8 +12,10 @@ are kept). The second writes the labelled safety set's features: each answer rea
 The third writes, for a seeded sample of helpful pairs per split, the features of another
 conversation's chosen answer read under this pair's conversation: the answer that ignores the
 question, which a helpfulness judge must rate below the one people chose. The fourth writes every
-labelled request's state at each depth the request head may read (`build_request_states`).
-Training (`evaluator.judges.train`) reads all four files.
+labelled request's state at each depth the request head may read (`build_request_states`). The
+fifth writes every helpful pair's answers read after an empty user turn (`Featurizer.alone`), the
+baseline of the helpfulness head's "pmi" block; the off-topic file holds its own.
+Training (`evaluator.judges.train`) reads all five files.
 """
 
 from __future__ import annotations
@@ -175,14 +178,42 @@ def build_mismatched(hh_dir: Path, model_dir: Path, out: Path, *, threads: int |
         t0 = time.time()
         for start in range(0, len(pool), 32):
             part = range(start, min(start + 32, len(pool)))
-            x = feat.encode([pool[i].prompt for i in part], [pool[int(other[i])].chosen for i in part])
-            for name, values in (("features", list(x)), ("split", [split] * len(part)),
+            answers = [pool[int(other[i])].chosen for i in part]
+            x = feat.encode([pool[i].prompt for i in part], answers)
+            for name, values in (("features", list(x)), ("alone", list(feat.alone(answers))), ("split", [split] * len(part)),
                                  ("subset", [pool[i].subset for i in part]), ("row", [pool[i].row for i in part]),
                                  ("other_row", [pool[int(other[i])].row for i in part])):
                 cols.setdefault(name, []).extend(values)
             print(f"{split}: {part.stop}/{len(pool)}, {part.stop / (time.time() - t0):.2f} answers/s", flush=True)
     arrays = {k: np.asarray(v) for k, v in cols.items()}
     arrays["features"] = np.stack(cols["features"]).astype(np.float32)
+    arrays["alone"] = np.stack(cols["alone"]).astype(np.float32)
+    np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), **arrays)
+    return out
+
+
+def build_alone(hh_dir: Path, model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
+    """Every helpful pair's chosen and rejected answer read after an empty user turn, keyed by the
+    pair's (subset, row): `train` turns them into the "pmi" block of the pairs' features."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    pairs = [jp.pair for jp in load_judge_pairs(hh_dir)[0] if jp.axis == "helpful"]
+    feat = Featurizer(model_dir, FeatureConfig())
+    cols: dict[str, list] = {}
+    t0 = time.time()
+    for start in range(0, len(pairs), 64):
+        part = pairs[start: start + 64]
+        for name, values in (("chosen_alone", list(feat.alone([p.chosen for p in part]))),
+                             ("rejected_alone", list(feat.alone([p.rejected for p in part]))),
+                             ("subset", [p.subset for p in part]), ("row", [p.row for p in part])):
+            cols.setdefault(name, []).extend(values)
+        n = start + len(part)
+        print(f"{n}/{len(pairs)} pairs, {n / (time.time() - t0):.2f} pairs/s", flush=True)
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    for k in ("chosen_alone", "rejected_alone"):
+        arrays[k] = np.stack(cols[k]).astype(np.float32)
     np.savez(out, encoder=np.asarray(model_fingerprint(model_dir)), **arrays)
     return out
 
@@ -193,6 +224,7 @@ def main() -> None:
     ap.add_argument("--safety", action="store_true", help="the labelled safety set instead of the HH pairs")
     ap.add_argument("--mismatched", action="store_true", help="off-topic answers under sampled helpful pairs")
     ap.add_argument("--requests", action="store_true", help="the labelled requests' states for the request head")
+    ap.add_argument("--alone", action="store_true", help="helpful pairs' answers after an empty user turn (the pmi block)")
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=None)
@@ -207,6 +239,8 @@ def main() -> None:
         ap.error("--hh-dir is needed for the HH pairs (or pass --safety)")
     elif args.mismatched:
         build_mismatched(args.hh_dir, args.model_dir, args.out, threads=args.threads)
+    elif args.alone:
+        build_alone(args.hh_dir, args.model_dir, args.out, threads=args.threads)
     else:
         build(args.hh_dir, args.model_dir, args.out, threads=args.threads, axes=tuple(args.axes.split(",")))
 

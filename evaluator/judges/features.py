@@ -14,6 +14,11 @@ Design choices:
   at the middle layer, the hidden state at the answer's last token, and four scalars - mean and
   summed log-likelihood of the answer tokens, log(1 + words), log(1 + answer tokens kept).
   Which of these a judge uses is its own recipe's choice (chosen on a dev split).
+- Relevance, optionally (the "pmi" block): how much more likely the answer is after this
+  conversation than after an empty user turn (pointwise mutual information, per token and summed).
+  An answer to another question is fluent but no likelier here, which hidden states averaged over
+  the answer do not show a linear head; it costs a second, answer-only pass (`Featurizer.alone`),
+  so only a head that reads the block pays for it (`with_pmi`).
 - The forward pass runs under bfloat16 autocast (3x faster than float32 on this CPU, which has
   AVX512-BF16; hidden states move by about 1 %): the judges are trained and used with the same
   setting, which is part of their recipe.
@@ -37,6 +42,7 @@ Message = dict[str, str]
 # Feature blocks, in the order `Featurizer.encode` lays them out.
 BLOCKS = ("mean_last", "mean_mid", "final", "scalars")
 SCALARS = ("loglik_mean", "loglik_sum", "log_words", "log_tokens")
+PMI = ("pmi_mean", "pmi_sum")  # the "pmi" block, after the scalars: loglik_mean / _sum minus the same alone
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,13 @@ class Featurizer:
 
     def _ids(self, messages: Sequence[Message], answer: str) -> tuple[list[int], list[int]]:
         return _ids(self.tokenizer, self.config, messages, answer)
+
+    def alone(self, answers: Sequence[str]) -> np.ndarray:
+        """Float32 array (answers, 2): mean and summed log-likelihood of each answer after an empty
+        user turn, cut as `encode` cuts it: the baseline of the "pmi" block."""
+        scalars = block_slices(self.hidden)["scalars"]
+        x = self.encode([[{"role": "user", "content": ""}]] * len(answers), answers)
+        return x[:, scalars.start: scalars.start + 2]
 
     def encode(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Float32 array (items, dim): the blocks of `BLOCKS`, concatenated."""
@@ -208,10 +221,21 @@ class RequestEncoder:
 
 
 def block_slices(hidden: int) -> dict[str, slice]:
-    """Where each block of `BLOCKS` lies in a feature row ("state": a `RequestEncoder` row, whole)."""
+    """Where each block of `BLOCKS` lies in a feature row ("state": a `RequestEncoder` row, whole;
+    "pmi": the columns `with_pmi` appends)."""
+    end = 3 * hidden + len(SCALARS)
     return {"mean_last": slice(0, hidden), "mean_mid": slice(hidden, 2 * hidden),
-            "final": slice(2 * hidden, 3 * hidden), "scalars": slice(3 * hidden, 3 * hidden + len(SCALARS)),
-            "state": slice(0, hidden)}
+            "final": slice(2 * hidden, 3 * hidden), "scalars": slice(3 * hidden, end),
+            "pmi": slice(end, end + len(PMI)), "state": slice(0, hidden)}
+
+
+def with_pmi(features: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """`features` (rows of `Featurizer.encode`) with the "pmi" block appended, from the same answers'
+    `Featurizer.alone` rows."""
+    if len(features) != len(alone):
+        raise ValueError(f"{len(features)} feature rows but {len(alone)} answers read alone")
+    base = features.shape[1] - len(SCALARS)
+    return np.hstack([features, features[:, base: base + 2] - alone]).astype(np.float32)
 
 
 def select(features: np.ndarray, hidden: int, blocks: Sequence[str], scalars: Sequence[str] = SCALARS) -> np.ndarray:
@@ -223,6 +247,8 @@ def select(features: np.ndarray, hidden: int, blocks: Sequence[str], scalars: Se
             base = where["scalars"].start
             parts.append(features[:, [base + SCALARS.index(s) for s in scalars]])
         else:
+            if where[b].stop > features.shape[1]:
+                raise ValueError(f"these features have no {b!r} block: add it with `with_pmi`")
             parts.append(features[:, where[b]])
     return np.concatenate(parts, axis=1) if parts else np.zeros((len(features), 0), dtype=np.float32)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.judges.features import SCALARS, select
+from evaluator.judges.features import PMI, SCALARS, select
 
 
 @dataclass
@@ -31,6 +31,10 @@ class HeadSpec:
     scalars: tuple[str, ...] = SCALARS
     C: float = 0.01
     item_weight: float = 1.0  # a labelled item's weight relative to a pair
+    # The "pmi" block's columns are multiplied by this after standardising, which divides the L2
+    # penalty on them by its square: two columns among 1,700 otherwise get too little weight to
+    # carry what only they know (whether the answer belongs to this conversation).
+    pmi_scale: float = 1.0
 
 
 @dataclass
@@ -45,7 +49,7 @@ class LinearHead:
 
     def z(self, features: np.ndarray) -> np.ndarray:
         x = select(features, self.hidden, self.spec.blocks, self.spec.scalars)
-        return (x - self.mean) / self.scale
+        return _scaled(self.spec, (x - self.mean) / self.scale)
 
     def score(self, features: np.ndarray) -> np.ndarray:
         """f(x): higher = better for a preference judge, higher = more unsafe for a risk judge."""
@@ -70,6 +74,13 @@ class LinearHead:
         return cls(spec=spec, hidden=int(meta.pop("hidden")), bias=float(meta.pop("bias")), meta=meta, **arrays)
 
 
+def _scaled(spec: HeadSpec, z: np.ndarray) -> np.ndarray:
+    if "pmi" in spec.blocks and spec.pmi_scale != 1.0:
+        z = z.copy()
+        z[:, -len(PMI):] *= spec.pmi_scale  # the block comes last: `select` keeps the order of `blocks`
+    return z
+
+
 def fit_head(spec: HeadSpec, hidden: int, better: np.ndarray, worse: np.ndarray,
              items: np.ndarray | None = None, labels: Sequence[bool] | None = None, *,
              pair_weights: np.ndarray | None = None, max_iter: int = 2000) -> LinearHead:
@@ -83,14 +94,14 @@ def fit_head(spec: HeadSpec, hidden: int, better: np.ndarray, worse: np.ndarray,
     if not len(pool):
         raise ValueError("nothing to fit: give preference pairs, labelled items, or both")
     mean, scale = pool.mean(0), pool.std(0) + 1e-6
-    d = (cols[0] - cols[1]) / scale
+    d = _scaled(spec, (cols[0] - cols[1]) / scale)
     # Each pair twice, once each way round, so the fit has both classes and no side is favoured.
     rows = [np.hstack([d, np.zeros((len(d), 1))]), np.hstack([-d, np.zeros((len(d), 1))])]
     y = [np.ones(len(d)), np.zeros(len(d))]
     pw = np.ones(len(d)) if pair_weights is None else np.asarray(pair_weights, dtype=float)
     w = [pw, pw]
     if items is not None and len(items):
-        zi = (select(items, hidden, spec.blocks, spec.scalars) - mean) / scale
+        zi = _scaled(spec, (select(items, hidden, spec.blocks, spec.scalars) - mean) / scale)
         rows.append(np.hstack([zi, np.ones((len(zi), 1))]))
         y.append(np.asarray(labels, dtype=float))
         w.append(np.full(len(zi), spec.item_weight))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.judges.features import FeatureConfig, Featurizer, Message, RequestEncoder, model_fingerprint
+from evaluator.judges.features import FeatureConfig, Featurizer, Message, RequestEncoder, model_fingerprint, with_pmi
 from evaluator.judges.head import LinearHead
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -71,7 +71,10 @@ class HelpfulnessJudge:
 
     def raw(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Scores of answers to conversations (a plain string is a one-turn conversation)."""
-        return self.head.score(self.featurizer.encode(_conversations(prompts), answers))
+        x = self.featurizer.encode(_conversations(prompts), answers)
+        if "pmi" in self.head.spec.blocks:
+            x = with_pmi(x, self.featurizer.alone(answers))
+        return self.head.score(x)
 
     def score(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.raw(prompts, answers).tolist()

@@ -11,7 +11,7 @@ import pytest
 
 from evaluator.judges.check import check_judges, read_pairs
 from evaluator.judges.data import gate_rows, split_of
-from evaluator.judges.features import SCALARS
+from evaluator.judges.features import SCALARS, select, with_pmi
 from evaluator.judges.head import HeadSpec, LinearHead, fit_head, pair_accuracy
 from evaluator.judges.judge import RECIPE, WEIGHTS_DIR
 from evaluator.judges.llm import rating
@@ -45,6 +45,39 @@ def test_labelled_items_set_the_bias_so_probabilities_are_calibrated_to_the_labe
     head = fit_head(HeadSpec(blocks=("mean_last",), C=1.0), HIDDEN, unsafe[:100], safe[:100], items, labels)
     p_unsafe, p_safe = head.probability(_features(rng, 200, 2.0)), head.probability(_features(rng, 200, -2.0))
     assert p_unsafe.mean() > 0.8 and p_safe.mean() < 0.2
+
+
+def test_the_pmi_block_is_what_an_answer_gains_from_its_conversation_and_is_asked_for_by_name():
+    rng = np.random.default_rng(2)
+    x = _features(rng, 5, 0.0)
+    alone = rng.normal(size=(5, 2)).astype(np.float32)
+    base = 3 * HIDDEN  # loglik_mean, loglik_sum
+    pmi = select(with_pmi(x, alone), HIDDEN, ("pmi",))
+    assert np.allclose(pmi, x[:, base: base + 2] - alone)
+    # Features read without the second pass cannot serve a head that asks for the block.
+    with pytest.raises(ValueError, match="no 'pmi' block"):
+        select(x, HIDDEN, ("scalars", "pmi"))
+    with pytest.raises(ValueError, match="5 feature rows but 4"):
+        with_pmi(x, alone[:4])
+
+
+def test_an_off_topic_answer_loses_through_the_pmi_block_where_its_likelihood_alone_cannot_tell():
+    """Pairs whose answers are equally likely after their conversation, but one because the
+    conversation made it so (a plain answer, likelier than alone) and one because it is fluent
+    anyway (another question's answer): the pmi block ranks them, the log-likelihood cannot."""
+    rng = np.random.default_rng(3)
+    n, base = 300, 3 * HIDDEN
+    on, off = _features(rng, n, 0.0), _features(rng, n, 0.0)
+    on_alone = rng.normal(-2.5, 0.3, size=(n, 2)).astype(np.float32)
+    off_alone = rng.normal(-2.0, 0.3, size=(n, 2)).astype(np.float32)
+    on[:, base: base + 2] = on_alone + 0.5  # both now about -2.0 after the conversation
+    off[:, base: base + 2] = off_alone
+    on, off = with_pmi(on, on_alone), with_pmi(off, off_alone)
+    pmi = fit_head(HeadSpec(blocks=("pmi",), C=1.0), HIDDEN, on[:200], off[:200])
+    loglik = fit_head(HeadSpec(blocks=("scalars",), scalars=("loglik_mean", "loglik_sum"), C=1.0), HIDDEN,
+                      on[:200], off[:200])
+    assert pair_accuracy(pmi, on[200:], off[200:]).mean() == 1.0
+    assert pair_accuracy(loglik, on[200:], off[200:]).mean() < 0.65
 
 
 def _request_states(rng, n_real: int, n_extra_real: int, n_written: int, *, written_harmful=None) -> dict:
@@ -227,6 +260,10 @@ def test_the_trained_judges_prefer_the_plainly_better_answer_on_each_axis(tmp_pa
     one_turn = [[{"role": "user", "content": "How do I boil an egg?"}]]
     answer = ["Put the egg in boiling water for eight minutes."]
     assert judges.helpfulness.score(["How do I boil an egg?"], answer) == judges.helpfulness.score(one_turn, answer)
+    # An answer to another question loses to the answer to this one (the judges' relevance check).
+    [own, other] = judges.helpfulness.score(["How do I boil an egg?"] * 2, answer + [
+        "To attract bees, plant lavender, sunflowers and bee balm, and leave a shallow dish of water out."])
+    assert own > other
 
 
 @pytest.mark.slow
