@@ -6,7 +6,7 @@
 - Length: Spearman correlation of the judge's scores with the answers' word counts (the gate also
   reports the difference at equal length, `evaluator.paired.length_controlled_statistic`).
 - Known groups (SmolLM2 over the built-in model on the gate's advice prompts) needs both models'
-  answers, so it is measured once per judge version (`bench/judges.py`) and shipped in its recipe.
+  answers, so it is measured once per judge version (`bench/judges.py`) and reported in docs/judges.md.
 """
 
 from __future__ import annotations
