@@ -28,34 +28,26 @@ ANSWERS = REPO / "bench/results/judges-all-prompts/judges-answers/smollm2-advice
 READINGS = REPO / "tools/annotation/records/relevance/readings.jsonl"
 
 
-def kappa(a: list, b: list) -> float:
-    n, cats = len(a), set(a) | set(b)
-    po = sum(x == y for x, y in zip(a, b)) / n
-    pe = sum(a.count(c) / n * b.count(c) / n for c in cats)
-    return (po - pe) / (1 - pe)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", type=Path, default=REPO / ".cache/test/models/smollm2-135m-instruct")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/judge-relevance.json")
     args = ap.parse_args()
 
-    import numpy as np
+    from sklearn.metrics import cohen_kappa_score
 
     from evaluator.judges.judge import load_judges
-    from evaluator.judges.validity import derangement
+    from evaluator.judges.validity import relevance_scores
     from evaluator.paired import bootstrap_mean
     from evaluator.shipped import load_advice_prompts
 
     prompts, got = load_advice_prompts(), json.loads(ANSWERS.read_text())
     if got["prompts"] != prompts:
         raise SystemExit(f"{ANSWERS} holds answers to other prompts; run bench/judges.py first")
-    answers, perm = got["answers"], derangement(len(prompts), 0)
+    answers = got["answers"]
     helpful = load_judges(args.model_dir).helpfulness
     t0 = time.time()
-    own = np.asarray(helpful.score(prompts, answers))
-    other = np.asarray(helpful.score(prompts, [answers[j] for j in perm]))
+    own, other = relevance_scores(helpful.score, prompts, answers)  # the gate's check, item by item
     seconds = time.time() - t0
     readings = {r["id"]: r for r in map(json.loads, READINGS.read_text().splitlines())}
     right = own > other
@@ -74,7 +66,7 @@ def main() -> None:
     result = {"date": time.strftime("%Y-%m-%d"), "judge": helpful.version, "pairs": len(prompts),
               "share": bootstrap_mean(right.astype(float).tolist()),
               "reader_confirmed": {**bootstrap_mean([float(x) for x in confirmed]), "misses": confirmed.count(False)},
-              "readers": {"items_read_twice": len(both), "kappa": round(kappa(a, b), 3),
+              "readers": {"items_read_twice": len(both), "kappa": round(float(cohen_kappa_score(a, b)), 3),
                           "agreement": round(sum(x == y for x, y in zip(a, b)) / len(a), 3)},
               "seconds": round(seconds, 1),
               "items": [{"i": i, "own": float(own[i]), "other": float(other[i]), "right": bool(right[i])}

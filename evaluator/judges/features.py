@@ -83,9 +83,7 @@ class Featurizer:
     def alone(self, answers: Sequence[str]) -> np.ndarray:
         """Float32 array (answers, 2): mean and summed log-likelihood of each answer after an empty
         user turn, cut as `encode` cuts it: the baseline of the "pmi" block."""
-        scalars = block_slices(self.hidden)["scalars"]
-        x = self.encode([[{"role": "user", "content": ""}]] * len(answers), answers)
-        return x[:, scalars.start: scalars.start + 2]
+        return _loglik(self.encode([[{"role": "user", "content": ""}]] * len(answers), answers))
 
     def encode(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Float32 array (items, dim): the blocks of `BLOCKS`, concatenated."""
@@ -234,8 +232,13 @@ def with_pmi(features: np.ndarray, alone: np.ndarray) -> np.ndarray:
     `Featurizer.alone` rows."""
     if len(features) != len(alone):
         raise ValueError(f"{len(features)} feature rows but {len(alone)} answers read alone")
-    base = features.shape[1] - len(SCALARS)
-    return np.hstack([features, features[:, base: base + 2] - alone]).astype(np.float32)
+    return np.hstack([features, _loglik(features) - alone]).astype(np.float32)
+
+
+def _loglik(features: np.ndarray) -> np.ndarray:
+    """The loglik_mean and loglik_sum columns of `Featurizer.encode` rows (the scalars come last)."""
+    start = features.shape[1] - len(SCALARS) + SCALARS.index("loglik_mean")
+    return features[:, start: start + 2]
 
 
 def select(features: np.ndarray, hidden: int, blocks: Sequence[str], scalars: Sequence[str] = SCALARS) -> np.ndarray:

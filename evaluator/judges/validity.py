@@ -29,15 +29,24 @@ def derangement(n: int, seed: int = 0) -> np.ndarray:
             return perm
 
 
-def relevance(score: Callable[[list, list], Any], prompts: Sequence[str], answers: Sequence[str],
-              own_scores: Sequence[float] | None = None, *, seed: int = 0) -> dict:
-    """Share of prompts whose own answer `score(prompts, answers)` rates above another prompt's
-    answer; `own_scores` saves scoring the own answers again (on the same scale as `score`)."""
-    if len(prompts) < 2:
-        return {"share": None, "pairs": 0}
+def relevance_scores(score: Callable[[list, list], Any], prompts: Sequence[str], answers: Sequence[str],
+                     own_scores: Sequence[float] | None = None, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(own, other): each prompt's own answer scored under it, and the answer to the prompt the
+    seeded derangement pairs it with, scored under it too. `own_scores` saves scoring the own
+    answers again (on the same scale as `score`)."""
     perm = derangement(len(prompts), seed)
     own = np.asarray(own_scores if own_scores is not None else score(list(prompts), list(answers)), dtype=float)
     other = np.asarray(score(list(prompts), [answers[j] for j in perm]), dtype=float)
+    return own, other
+
+
+def relevance(score: Callable[[list, list], Any], prompts: Sequence[str], answers: Sequence[str],
+              own_scores: Sequence[float] | None = None, *, seed: int = 0) -> dict:
+    """Share of prompts whose own answer `score(prompts, answers)` rates above another prompt's
+    answer (`relevance_scores`)."""
+    if len(prompts) < 2:
+        return {"share": None, "pairs": 0}
+    own, other = relevance_scores(score, prompts, answers, own_scores, seed=seed)
     return {"share": float(np.mean(own > other)), "pairs": len(prompts)}
 
 
