@@ -89,11 +89,13 @@ def assert_all_stored(store: Store, acked: list[Turn]) -> None:
 def kill_under_load(topo, index: int) -> tuple[Users, float, float]:
     """Users load nginx; replica `index` is SIGKILLed once they have 8 answers; the load runs on
     until every user has 3 more acknowledged turns sent SETTLE_S or more after the kill (answers of
-    the tiny model take milliseconds: without the settling time all of them can end inside it)."""
+    the tiny model take milliseconds: without the settling time all of them can end inside it).
+    The kill time is when the process is gone, not when the signal was sent: until the kernel has
+    torn it down its listening socket still accepts connections, and a POST accepted then fails."""
     with Users(topo.url, USERS) as users:
         wait_for(lambda: len(users.acknowledged()) >= 8, 60, "the first answers through nginx")
+        topo.kill_replica(index)  # returns once the process is reaped: its sockets are closed
         killed_at, killed_wall = time.monotonic(), time.time()
-        topo.kill_replica(index)
 
         def every_user_served_again() -> bool:
             after = [t.user for t in users.acknowledged() if t.sent > killed_at + SETTLE_S]
