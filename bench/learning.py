@@ -183,7 +183,8 @@ def train(args, settings, data: Path):
     with Store(settings.db_path) as store:
         run = launch_training(store, LaunchRequest(method=args.method, runs_dir=data / "runs", base_model=str(args.model_dir),
                                             overrides=overrides, safety_filter=make_safety_filter(settings, True),
-                                            eval_fraction=0.0, trigger="bench", steering="instruct"))
+                                            eval_fraction=0.0, trigger="bench", steering="instruct",
+                                            kto_attributes=args.kto_attributes))
         if run.status != "running":
             raise SystemExit(f"training did not start: {run.error}")
         wait_for(run.run_dir, timeout=4 * 3600)
@@ -191,7 +192,8 @@ def train(args, settings, data: Path):
     if status.run.status != "succeeded":
         raise SystemExit(f"training {status.run.status}: {status.run.error}")
     card = read_card(status.run.run_dir)
-    return status, {"method": args.method, "rows": card.n_train, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
+    return status, {"method": args.method, "rows": card.n_train, "kto_attributes": card.kto_attributes,
+                    "labeller": card.labeller, "relabelled": card.relabelled, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
                     "counts_by_source": card.counts_by_source, "steps": args.train_steps,
                     "final_loss": status.state.loss, "overrides": overrides}
 
@@ -228,6 +230,8 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--gate", action="store_true", help="then gate the candidate against the base model (about 20 min)")
     ap.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS, help="every answer's cap, held-out and simulated")
+    ap.add_argument("--kto-attributes", choices=["asked", "has"], default="asked",
+                    help="KTO rows under the slider values asked for, or liked answers under those their text has")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     run(args)

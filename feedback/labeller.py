@@ -12,6 +12,8 @@ Design choices:
   correctness / coherence from the feedback the answer received. Its thresholds sit halfway between the medians of
   adjacent levels in the built-in model's shipped corpus, so the labels speak the same language
   the built-in model was trained on; they are fields, so a deployment can recalibrate them.
+  `calibrated` sets the verbosity thresholds the same way from any model's answers at the
+  slider positions they were asked for (the store holds them for the served model).
 - `Reception.verdict` is the one place that decides whether an answer went down well; the
   training-set builders use it too, so SFT, KTO and DPO agree. An explicit rating wins over
   mined feedback (the user pressed the button on purpose); mined positive and negative feedback
@@ -21,7 +23,10 @@ Design choices:
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from evaluator.text import reading_grade, words
@@ -118,3 +123,24 @@ class HeuristicLabeller:
         if REPEAT_REPHRASE in reception.categories or ASK_CLARIFICATION in reception.categories:
             return 2, 3, 2  # the user had to ask again or ask what it meant
         return 3, 3, 4  # no signal either way (or mixed): the middle of the scale
+
+
+def calibrated(asked: Iterable[tuple[int, str]], base: HeuristicLabeller | None = None,
+               min_per_level: int = 3) -> HeuristicLabeller | None:
+    """`base` with its verbosity thresholds halfway between the median word counts of adjacent
+    levels among `asked` ((verbosity asked for, the answer a model wrote) pairs): labels in the
+    language of the model that wrote the answers. None when a level has fewer than `min_per_level`
+    answers. Medians are made non-decreasing first: a model that writes less at a higher level is
+    read as writing as much as at the level below."""
+    base = base or HeuristicLabeller()
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for level, text in asked:
+        by_level[level].append(words(text))
+    levels = range(len(base.verbosity_words) + 1)
+    if any(len(by_level[v]) < min_per_level for v in levels):
+        return None
+    medians: list[float] = []
+    for v in levels:
+        medians.append(max(statistics.median(by_level[v]), medians[-1] if medians else 0.0))
+    cuts = tuple(int(round((a + b) / 2)) for a, b in zip(medians, medians[1:]))
+    return replace(base, verbosity_words=cuts, name=f"{base.name}, verbosity words {'/'.join(map(str, cuts))}")

@@ -176,6 +176,7 @@ class LaunchRequest:
     consent_default: bool = True  # people's data rules of the build (`feedback.datasets.build`)
     redactor: Redactor | None = None
     steering: SteeringMode = SteeringMode.STEERLM  # how the base model saw the attributes (`RunConfig.steering`)
+    kto_attributes: str = "asked"  # a KTO row's attributes: as asked, or desirable ones as they are (`build_dataset`)
 
 
 def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
@@ -204,7 +205,7 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
             copy_dataset(r.dataset_dir, run_dir, method) if r.dataset_dir is not None
             else build_dataset(store, method, run_dir, safety_filter=r.safety_filter, labeller=r.labeller,
                                eval_fraction=r.eval_fraction, consent_default=r.consent_default,
-                               redactor=r.redactor))
+                               redactor=r.redactor, kto_attributes=r.kto_attributes))
         store.jobs.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=base_model, job_id=job.id,
             parent_release_id=r.parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),

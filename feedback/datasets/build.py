@@ -21,10 +21,12 @@ from typing import Any, Protocol
 from feedback.datasets.candidates import (
     Candidate,
     apply_filter,
+    asked_lengths,
     dedupe,
     dpo_candidates,
     kto_candidates,
     load_chunk,
+    relabel_desirable,
     sft_candidates,
 )
 from feedback.datasets.card import (
@@ -44,7 +46,7 @@ from feedback.datasets.card import (
     split_of,
     write_rows,
 )
-from feedback.labeller import HeuristicLabeller, Labeller
+from feedback.labeller import HeuristicLabeller, Labeller, calibrated
 from store.analytics import extractor_versions, training_conversation_ids
 
 MESSAGE_LISTS = ("prompt", "completion", "chosen", "rejected")
@@ -57,18 +59,30 @@ class Redactor(Protocol):
         ...
 
 
+KTO_ATTRIBUTES = ("asked", "has")  # the attributes a KTO row trains under (`build_dataset`)
+
+
 def _collect(store, kind: str, conv_ids: list[str], labeller: Labeller, dropped: Counter,
-             chunk_conversations: int) -> list[Candidate]:
+             chunk_conversations: int) -> tuple[list[Candidate], list[tuple[int, str]]]:
+    """The candidates, and (verbosity asked, answer) of every model answer read (for `calibrated`)."""
     cands: list[Candidate] = []
+    asked: list[tuple[int, str]] = []
     for start in range(0, len(conv_ids), chunk_conversations):
         for conv in load_chunk(store, conv_ids[start:start + chunk_conversations]):
             if kind == "sft":
                 cands.extend(sft_candidates(conv, labeller, dropped))
             elif kind == "kto":
                 cands.extend(kto_candidates(conv, dropped))
+                asked.extend(asked_lengths(conv))
             else:
                 cands.extend(dpo_candidates(conv, dropped))
-    return cands
+    return cands, asked
+
+
+def _kto_labeller(asked: list[tuple[int, str]], labeller: Labeller | None) -> Labeller:
+    """The caller's labeller, else the heuristic one calibrated to the answers' own model, else
+    (too few answers at some level) the heuristic one as it ships."""
+    return labeller or calibrated(asked) or HeuristicLabeller()
 
 
 def redact_rows(rows: list[dict], redactor: Redactor | None) -> dict[str, int]:
@@ -95,24 +109,38 @@ def build_dataset(
     chunk_conversations: int = CHUNK_CONVERSATIONS,
     consent_default: bool = True,
     redactor: Redactor | None = None,
+    kto_attributes: str = "asked",
 ) -> DatasetCard:
     """Build one training set from `store` (a `store.Store`) into `out_dir`.
 
     Writes train/eval Parquet and the dataset card (JSON + Markdown); returns the card.
     `safety_filter` defaults to `AcceptEverythingFilter` (nothing moderated) and `redactor` to none
     — the card says so; `deploy.loop.safety` makes the moderator-backed filter and the redactor.
+    `kto_attributes`: "asked" trains each KTO answer under the slider values it was written for;
+    "has" gives desirable answers the verbosity and complexity their text has
+    (`candidates.relabel_desirable`), read by `labeller` or, without one, by the heuristic
+    labeller calibrated to the stored answers' own lengths.
     """
     if kind not in KINDS:
         raise DatasetError(f"unknown dataset kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if kto_attributes not in KTO_ATTRIBUTES:
+        raise DatasetError(f"unknown kto_attributes {kto_attributes!r}; choose one of {', '.join(KTO_ATTRIBUTES)}")
+    relabel = kind == "kto" and kto_attributes == "has"
     if not 0.0 <= eval_fraction < 1.0:
         raise DatasetError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
     safety_filter = safety_filter or AcceptEverythingFilter()
+    chosen_labeller = labeller
     labeller = labeller or HeuristicLabeller()
     dropped: Counter = Counter()
 
     convs = training_conversation_ids(store, consent_default=consent_default)
     dropped.update({k: v for k, v in convs.excluded.items() if v})
-    cands = dedupe(_collect(store, kind, convs.ids, labeller, dropped, chunk_conversations), kind, dropped)
+    cands, asked = _collect(store, kind, convs.ids, labeller, dropped, chunk_conversations)
+    cands = dedupe(cands, kind, dropped)
+    relabelled = 0
+    if relabel:
+        labeller = _kto_labeller(asked, chosen_labeller)
+        relabelled = relabel_desirable(cands, labeller)
     cands, removed = apply_filter(cands, safety_filter)
     rows = [c.row for c in cands]
     for row in rows:
@@ -126,6 +154,9 @@ def build_dataset(
     write_rows(train, kind, out_dir / TRAIN_FILE)
     write_rows(evals, kind, out_dir / EVAL_FILE)
     card = _card(store, kind, train, evals, eval_fraction, dropped, safety_filter, removed, labeller)
+    if kind == "kto":
+        card.kto_attributes, card.relabelled = kto_attributes, relabelled
+        card.labeller = labeller.name if relabel else None
     card.redaction = {"redactor": getattr(redactor, "name", type(redactor).__name__) if redactor else
                       "none (personal data not redacted)", "replaced": redacted}
     card.users = sorted({r["user_id"] for r in train + evals})

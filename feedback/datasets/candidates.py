@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from feedback.datasets.card import GUARD_WRITTEN, TRAIN_COLUMNS, DatasetError, SafetyFilter
 from feedback.labeller import BAD, GOOD, MIXED, Labeller, Reception
@@ -104,6 +104,7 @@ class Candidate:
     row: dict
     guarded_text: str | None  # the text the safety filter must pass (desirable / chosen / SFT target)
     label: bool | None = None  # kto only, for conflict detection
+    asked: Attributes | None = None  # kto only: the attributes the answer was asked for
 
 
 def _answers(conv: _Conversation) -> Iterator[_Node]:
@@ -164,8 +165,33 @@ def kto_candidates(conv: _Conversation, dropped: Counter) -> Iterator[Candidate]
                 "source": reception.source, "categories": sorted(reception.categories),
             },
             guarded_text=node.content if desirable else None,
-            label=desirable,
+            label=desirable, asked=node.attributes,
         )
+
+
+def asked_lengths(conv: _Conversation) -> Iterator[tuple[int, str]]:
+    """(verbosity asked for, answer) of every complete answer the model wrote under a slider
+    setting: how long the model that wrote them writes at each level."""
+    for node in _answers(conv):
+        if node.attributes is not None and node.status == "complete" and not node.guard_written:
+            yield node.attributes.verbosity, node.content
+
+
+def relabel_desirable(cands: list[Candidate], labeller: Labeller) -> int:
+    """Desirable KTO answers carry the verbosity and complexity their text has, as SFT rows do
+    (SteerLM's rule: an answer liked for being long, written at verbosity 0, teaches "at 0, write
+    long" under the asked label, which flattens the slider); the quality values stay as asked,
+    and undesirable answers keep what they were asked for. Returns how many changed."""
+    changed = 0
+    for c in cands:
+        if not c.label or c.asked is None or c.guarded_text is None:
+            continue
+        has = labeller.label(c.guarded_text, Reception(1))
+        attrs = replace(c.asked, verbosity=has.verbosity, complexity=has.complexity)
+        if attrs != c.asked:
+            changed += 1
+            c.row["completion"][0]["attributes"] = c.row["chat_template_kwargs"]["attributes"] = attrs.steerlm()
+    return changed
 
 
 def _dpo_row(conv: _Conversation, chosen: _Node, rejected: _Node, source: str, prompt_of: _Node,

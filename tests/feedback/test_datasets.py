@@ -19,7 +19,7 @@ from feedback.datasets import (
     read_card,
     split_of,
 )
-from feedback.labeller import HeuristicLabeller, Reception
+from feedback.labeller import HeuristicLabeller, Reception, calibrated
 from store import new_id
 from store.attributes import Attributes
 from store.taxonomy import AWARE_WITH_CORRECTION, POSITIVE, REPEAT_REPHRASE
@@ -281,3 +281,60 @@ def test_labeller_levels_follow_length_and_reading_grade():
     assert reading_grade(hard) > reading_grade(simple)
     assert lab.label(hard, Reception()).complexity > lab.label(simple, Reception()).complexity
     assert lab.label("x y z", Reception(-1, frozenset({AWARE_WITH_CORRECTION}))).correctness == 1
+
+
+def _kto(tmp_path, store, name: str, **kw) -> tuple[object, dict[str, dict]]:
+    card = build_dataset(store, "kto", tmp_path / name, eval_fraction=0.0, **kw)
+    return card, {r["message_id"]: r for r in _rows(tmp_path / name / "train.parquet")}
+
+
+def test_kto_has_trains_liked_answers_under_the_length_they_have(store, populated, tmp_path):
+    asked_card, asked = _kto(tmp_path, store, "asked")
+    card, has = _kto(tmp_path, store, "has", kto_attributes="has")
+    assert asked_card.kto_attributes == "asked" and asked_card.labeller is None and asked_card.relabelled == 0
+    assert sorted(has) == sorted(asked) and all(has[m]["label"] == asked[m]["label"] for m in has)
+    # Too few answers at each slider position to calibrate on: the heuristic labeller as it ships.
+    assert card.kto_attributes == "has" and card.labeller == "heuristic-v1"
+    changed = 0
+    for m, row in has.items():
+        was = Attributes.parse(asked[m]["completion"][0]["attributes"])
+        now = Attributes.parse(row["completion"][0]["attributes"])
+        assert row["chat_template_kwargs"]["attributes"] == row["completion"][0]["attributes"]
+        if not row["label"]:
+            assert now == was  # a disliked answer keeps what it was asked for
+            continue
+        text = HeuristicLabeller().label(row["completion"][0]["content"], Reception(1))
+        assert (now.verbosity, now.complexity) == (text.verbosity, text.complexity)
+        assert (now.helpfulness, now.correctness, now.coherence) == (was.helpfulness, was.correctness, was.coherence)
+        changed += now != was
+    assert changed >= 1 and card.relabelled == changed  # c3's ten-word answer was asked for at verbosity 3
+    assert f"desirable rows relabelled: {changed}" in (tmp_path / "has" / CARD_MD).read_text()
+    with pytest.raises(DatasetError, match="unknown kto_attributes"):
+        build_dataset(store, "kto", tmp_path / "bad", kto_attributes="wished")
+
+
+def test_kto_has_reads_length_in_the_answering_models_own_scale(store, tmp_path):
+    """With answers at every slider position stored, the labeller is calibrated to them: a 60-word
+    answer is verbosity 1 for a model that writes 60 words at 1, not 4 as for the built-in model."""
+    for v, n in enumerate((20, 60, 90, 180, 190)):
+        for k in range(3):
+            c = Chat(store, "dana")
+            c.answer(c.user_says(f"question {v} {k}?"), " ".join(["word"] * n), attrs=Attributes(verbosity=v))
+    c = Chat(store, "dana")
+    liked = c.answer(c.user_says("How do I say no to extra shifts?"), " ".join(["calm"] * 60), attrs=Attributes(verbosity=4))
+    store.conversations.rate(liked.id, "dana", 1)
+    card, rows = _kto(tmp_path, store, "has", kto_attributes="has")
+    assert card.labeller == "heuristic-v1, verbosity words 40/75/135/185"
+    assert Attributes.parse(rows[liked.id]["completion"][0]["attributes"]).verbosity == 1
+
+
+def test_calibrated_thresholds_sit_between_the_models_medians():
+    def answers(medians):
+        return [(v, " ".join(["w"] * (m + d))) for v, m in enumerate(medians) for d in (-2, 0, 2)]
+
+    lab = calibrated(answers((20, 60, 90, 180, 190)))
+    assert lab.verbosity_words == (40, 75, 135, 185) and lab.complexity_grades == HeuristicLabeller().complexity_grades
+    assert [lab.label(" ".join(["w"] * n), Reception()).verbosity for n in (39, 40, 100, 184, 185)] == [0, 1, 2, 3, 4]
+    # A model that writes less at a higher level is read as writing as much as at the level below.
+    assert calibrated(answers((20, 60, 50, 180, 190))).verbosity_words == (40, 60, 120, 185)
+    assert calibrated(answers((20, 60, 90, 180, 190))[:-1]) is None  # two answers at verbosity 4: too few
