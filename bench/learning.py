@@ -56,6 +56,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from _machine import cpu_model, emit  # noqa: E402
 from hh_models import interval  # noqa: E402
 
+from feedback.datasets.build import KTO_ATTRIBUTES  # noqa: E402
+
 VERBOSITIES = (0, 1, 2, 3, 4)
 # Every answer's cap, held-out and simulated alike, unless `--max-tokens` says otherwise. At 128
 # the base model's answers at verbosity 3-4 already reach it, so "long" learning shows as a floor.
@@ -193,8 +195,9 @@ def train(args, settings, data: Path):
         raise SystemExit(f"training {status.run.status}: {status.run.error}")
     card = read_card(status.run.run_dir)
     return status, {"method": args.method, "rows": card.n_train, "kto_attributes": card.kto_attributes,
-                    "labeller": card.labeller, "relabelled": card.relabelled, "labels": card.labels, "removed_by_filter": card.removed_by_filter,
-                    "counts_by_source": card.counts_by_source, "steps": args.train_steps,
+                    "labeller": card.labeller, "relabelled": card.relabelled, "labels": card.labels,
+                    "removed_by_filter": card.removed_by_filter, "counts_by_source": card.counts_by_source,
+                    "steps": args.train_steps,
                     "final_loss": status.state.loss, "overrides": overrides}
 
 
@@ -230,7 +233,7 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--gate", action="store_true", help="then gate the candidate against the base model (about 20 min)")
     ap.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS, help="every answer's cap, held-out and simulated")
-    ap.add_argument("--kto-attributes", choices=["asked", "has"], default="asked",
+    ap.add_argument("--kto-attributes", choices=KTO_ATTRIBUTES, default="asked",
                     help="KTO rows under the slider values asked for, or liked answers under those their text has")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

@@ -12,8 +12,9 @@ Design choices:
   correctness / coherence from the feedback the answer received. Its thresholds sit halfway between the medians of
   adjacent levels in the built-in model's shipped corpus, so the labels speak the same language
   the built-in model was trained on; they are fields, so a deployment can recalibrate them.
-  `calibrated` sets the verbosity thresholds the same way from any model's answers at the
-  slider positions they were asked for (the store holds them for the served model).
+  `calibrated` sets the verbosity thresholds the same way from the word counts of answers at the
+  slider positions they were asked for (a training set's own conversations: the models that
+  wrote them, in the learning bench one).
 - `Reception.verdict` is the one place that decides whether an answer went down well; the
   training-set builders use it too, so SFT, KTO and DPO agree. An explicit rating wins over
   mined feedback (the user pressed the button on purpose); mined positive and negative feedback
@@ -125,17 +126,17 @@ class HeuristicLabeller:
         return 3, 3, 4  # no signal either way (or mixed): the middle of the scale
 
 
-def calibrated(asked: Iterable[tuple[int, str]], base: HeuristicLabeller | None = None,
+def calibrated(asked: Iterable[tuple[int, int]], base: HeuristicLabeller | None = None,
                min_per_level: int = 3) -> HeuristicLabeller | None:
     """`base` with its verbosity thresholds halfway between the median word counts of adjacent
-    levels among `asked` ((verbosity asked for, the answer a model wrote) pairs): labels in the
+    levels among `asked` ((verbosity asked for, words of the answer written) pairs): labels in the
     language of the model that wrote the answers. None when a level has fewer than `min_per_level`
     answers. Medians are made non-decreasing first: a model that writes less at a higher level is
     read as writing as much as at the level below."""
     base = base or HeuristicLabeller()
     by_level: dict[int, list[int]] = defaultdict(list)
-    for level, text in asked:
-        by_level[level].append(words(text))
+    for level, n in asked:
+        by_level[level].append(n)
     levels = range(len(base.verbosity_words) + 1)
     if any(len(by_level[v]) < min_per_level for v in levels):
         return None

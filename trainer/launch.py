@@ -176,7 +176,7 @@ class LaunchRequest:
     consent_default: bool = True  # people's data rules of the build (`feedback.datasets.build`)
     redactor: Redactor | None = None
     steering: SteeringMode = SteeringMode.STEERLM  # how the base model saw the attributes (`RunConfig.steering`)
-    kto_attributes: str = "asked"  # a KTO row's attributes: as asked, or desirable ones as they are (`build_dataset`)
+    kto_attributes: str = "asked"  # a KTO set's row attributes (`build_dataset`); other methods and `dataset_dir` ignore it
 
 
 def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:

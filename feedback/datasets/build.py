@@ -63,26 +63,20 @@ KTO_ATTRIBUTES = ("asked", "has")  # the attributes a KTO row trains under (`bui
 
 
 def _collect(store, kind: str, conv_ids: list[str], labeller: Labeller, dropped: Counter,
-             chunk_conversations: int) -> tuple[list[Candidate], list[tuple[int, str]]]:
-    """The candidates, and (verbosity asked, answer) of every model answer read (for `calibrated`)."""
+             chunk_conversations: int, lengths: list[tuple[int, int]] | None = None) -> list[Candidate]:
+    """The candidates; with `lengths`, also (verbosity asked, words) of every model answer read."""
     cands: list[Candidate] = []
-    asked: list[tuple[int, str]] = []
     for start in range(0, len(conv_ids), chunk_conversations):
         for conv in load_chunk(store, conv_ids[start:start + chunk_conversations]):
             if kind == "sft":
                 cands.extend(sft_candidates(conv, labeller, dropped))
             elif kind == "kto":
                 cands.extend(kto_candidates(conv, dropped))
-                asked.extend(asked_lengths(conv))
             else:
                 cands.extend(dpo_candidates(conv, dropped))
-    return cands, asked
-
-
-def _kto_labeller(asked: list[tuple[int, str]], labeller: Labeller | None) -> Labeller:
-    """The caller's labeller, else the heuristic one calibrated to the answers' own model, else
-    (too few answers at some level) the heuristic one as it ships."""
-    return labeller or calibrated(asked) or HeuristicLabeller()
+            if lengths is not None:
+                lengths.extend(asked_lengths(conv))
+    return cands
 
 
 def redact_rows(rows: list[dict], redactor: Redactor | None) -> dict[str, int]:
@@ -119,7 +113,7 @@ def build_dataset(
     `kto_attributes`: "asked" trains each KTO answer under the slider values it was written for;
     "has" gives desirable answers the verbosity and complexity their text has
     (`candidates.relabel_desirable`), read by `labeller` or, without one, by the heuristic
-    labeller calibrated to the stored answers' own lengths.
+    labeller calibrated to the lengths of the answers in the set's conversations.
     """
     if kind not in KINDS:
         raise DatasetError(f"unknown dataset kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -129,18 +123,20 @@ def build_dataset(
     if not 0.0 <= eval_fraction < 1.0:
         raise DatasetError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
     safety_filter = safety_filter or AcceptEverythingFilter()
-    chosen_labeller = labeller
+    lengths: list[tuple[int, int]] | None = [] if relabel and labeller is None else None
     labeller = labeller or HeuristicLabeller()
     dropped: Counter = Counter()
 
     convs = training_conversation_ids(store, consent_default=consent_default)
     dropped.update({k: v for k, v in convs.excluded.items() if v})
-    cands, asked = _collect(store, kind, convs.ids, labeller, dropped, chunk_conversations)
-    cands = dedupe(cands, kind, dropped)
-    relabelled = 0
+    cands = _collect(store, kind, convs.ids, labeller, dropped, chunk_conversations, lengths)
+    cands = dedupe(cands, kind, dropped)  # identical and contradicting reactions, as people gave them
+    relabelled: set[str] = set()
     if relabel:
-        labeller = _kto_labeller(asked, chosen_labeller)
+        # Calibrated to the stored answers' own lengths; too few at some position: as it ships.
+        labeller = (calibrated(lengths) if lengths is not None else None) or labeller
         relabelled = relabel_desirable(cands, labeller)
+        cands = dedupe(cands, kind, dropped)  # relabelled rows may now repeat or contradict others
     cands, removed = apply_filter(cands, safety_filter)
     rows = [c.row for c in cands]
     for row in rows:
@@ -155,7 +151,8 @@ def build_dataset(
     write_rows(evals, kind, out_dir / EVAL_FILE)
     card = _card(store, kind, train, evals, eval_fraction, dropped, safety_filter, removed, labeller)
     if kind == "kto":
-        card.kto_attributes, card.relabelled = kto_attributes, relabelled
+        card.kto_attributes = kto_attributes
+        card.relabelled = sum(r["message_id"] in relabelled for r in train)
         card.labeller = labeller.name if relabel else None
     card.redaction = {"redactor": getattr(redactor, "name", type(redactor).__name__) if redactor else
                       "none (personal data not redacted)", "replaced": redacted}

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from evaluator.text import words
 from feedback.datasets.card import GUARD_WRITTEN, TRAIN_COLUMNS, DatasetError, SafetyFilter
 from feedback.labeller import BAD, GOOD, MIXED, Labeller, Reception
 from store.analytics import training_rows
@@ -113,16 +114,13 @@ def _answers(conv: _Conversation) -> Iterator[_Node]:
             yield node
 
 
-def _model_answer(node: _Node, dropped: Counter) -> bool:
+def _model_answer(node: _Node, dropped: Counter | None = None) -> bool:
     """Whether `node` may be a training answer: a complete answer the model wrote. A refusal the
     safety guard wrote in its place is not the model's behaviour (`GUARD_WRITTEN` on the card)."""
-    if node.guard_written:
-        dropped[GUARD_WRITTEN] += 1
-        return False
-    if node.status != "complete":
-        dropped["incomplete_answer"] += 1
-        return False
-    return True
+    reason = GUARD_WRITTEN if node.guard_written else "incomplete_answer" if node.status != "complete" else None
+    if reason is not None and dropped is not None:
+        dropped[reason] += 1
+    return reason is None
 
 
 def sft_candidates(conv: _Conversation, labeller: Labeller, dropped: Counter) -> Iterator[Candidate]:
@@ -169,27 +167,28 @@ def kto_candidates(conv: _Conversation, dropped: Counter) -> Iterator[Candidate]
         )
 
 
-def asked_lengths(conv: _Conversation) -> Iterator[tuple[int, str]]:
-    """(verbosity asked for, answer) of every complete answer the model wrote under a slider
-    setting: how long the model that wrote them writes at each level."""
+def asked_lengths(conv: _Conversation) -> Iterator[tuple[int, int]]:
+    """(verbosity asked for, words) of every answer the model wrote under a slider setting: how
+    long the models that wrote them write at each level."""
     for node in _answers(conv):
-        if node.attributes is not None and node.status == "complete" and not node.guard_written:
-            yield node.attributes.verbosity, node.content
+        if node.attributes is not None and _model_answer(node):
+            yield node.attributes.verbosity, words(node.content)
 
 
-def relabel_desirable(cands: list[Candidate], labeller: Labeller) -> int:
+def relabel_desirable(cands: list[Candidate], labeller: Labeller) -> set[str]:
     """Desirable KTO answers carry the verbosity and complexity their text has, as SFT rows do
     (SteerLM's rule: an answer liked for being long, written at verbosity 0, teaches "at 0, write
     long" under the asked label, which flattens the slider); the quality values stay as asked,
-    and undesirable answers keep what they were asked for. Returns how many changed."""
-    changed = 0
+    and undesirable answers keep what they were asked for. Returns the ids of the answers whose
+    label changed."""
+    changed = set()
     for c in cands:
         if not c.label or c.asked is None or c.guarded_text is None:
             continue
         has = labeller.label(c.guarded_text, Reception(1))
         attrs = replace(c.asked, verbosity=has.verbosity, complexity=has.complexity)
         if attrs != c.asked:
-            changed += 1
+            changed.add(c.row["message_id"])
             c.row["completion"][0]["attributes"] = c.row["chat_template_kwargs"]["attributes"] = attrs.steerlm()
     return changed
 

@@ -112,7 +112,7 @@ class DatasetCard:
     class_weights: dict[str, float] = field(default_factory=dict)  # kto
     labeller: str | None = None  # sft, and kto with kto_attributes "has"
     kto_attributes: str | None = None  # kto: "asked" or "has" (`build_dataset`)
-    relabelled: int = 0  # kto "has": desirable rows whose verbosity or complexity the labeller changed
+    relabelled: int = 0  # kto "has": desirable train rows whose verbosity or complexity the labeller changed
     store: str | None = None
     # {"redactor": name, "replaced": {type: count}}: personal data replaced before writing.
     redaction: dict[str, Any] = field(default_factory=dict)
@@ -157,8 +157,9 @@ class DatasetCard:
         if self.labeller:
             lines.append(f"- attribute labeller: {self.labeller}")
         if self.kto_attributes:
-            lines.append(f"- KTO rows train under the attributes the answer {self.kto_attributes}"
-                         + (f" (desirable rows relabelled: {self.relabelled})" if self.kto_attributes == "has" else ""))
+            lines.append("- KTO rows train under the attributes " + (
+                f"a liked answer's text has (desirable train rows relabelled: {self.relabelled})"
+                if self.kto_attributes == "has" else "the answer was asked for"))
         if self.labels:
             lines.append("- labels (train): " + ", ".join(f"{k} {v}" for k, v in self.labels.items()))
         if self.class_weights:

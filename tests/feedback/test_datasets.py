@@ -13,6 +13,7 @@ from evaluator.text import reading_grade
 from feedback.datasets import (
     CARD_JSON,
     CARD_MD,
+    DatasetCard,
     DatasetError,
     build_dataset,
     kto_class_weights,
@@ -283,7 +284,7 @@ def test_labeller_levels_follow_length_and_reading_grade():
     assert lab.label("x y z", Reception(-1, frozenset({AWARE_WITH_CORRECTION}))).correctness == 1
 
 
-def _kto(tmp_path, store, name: str, **kw) -> tuple[object, dict[str, dict]]:
+def _kto(tmp_path, store, name: str, **kw) -> tuple[DatasetCard, dict[str, dict]]:
     card = build_dataset(store, "kto", tmp_path / name, eval_fraction=0.0, **kw)
     return card, {r["message_id"]: r for r in _rows(tmp_path / name / "train.parquet")}
 
@@ -308,14 +309,15 @@ def test_kto_has_trains_liked_answers_under_the_length_they_have(store, populate
         assert (now.helpfulness, now.correctness, now.coherence) == (was.helpfulness, was.correctness, was.coherence)
         changed += now != was
     assert changed >= 1 and card.relabelled == changed  # c3's ten-word answer was asked for at verbosity 3
-    assert f"desirable rows relabelled: {changed}" in (tmp_path / "has" / CARD_MD).read_text()
+    assert f"desirable train rows relabelled: {changed}" in (tmp_path / "has" / CARD_MD).read_text()
+    assert "attributes the answer was asked for" in (tmp_path / "asked" / CARD_MD).read_text()
     with pytest.raises(DatasetError, match="unknown kto_attributes"):
         build_dataset(store, "kto", tmp_path / "bad", kto_attributes="wished")
 
 
 def test_kto_has_reads_length_in_the_answering_models_own_scale(store, tmp_path):
     """With answers at every slider position stored, the labeller is calibrated to them: a 60-word
-    answer is verbosity 1 for a model that writes 60 words at 1, not 4 as for the built-in model."""
+    answer is verbosity 1 for a model that writes 60 words at 1, not 3 as for the built-in model."""
     for v, n in enumerate((20, 60, 90, 180, 190)):
         for k in range(3):
             c = Chat(store, "dana")
@@ -330,7 +332,7 @@ def test_kto_has_reads_length_in_the_answering_models_own_scale(store, tmp_path)
 
 def test_calibrated_thresholds_sit_between_the_models_medians():
     def answers(medians):
-        return [(v, " ".join(["w"] * (m + d))) for v, m in enumerate(medians) for d in (-2, 0, 2)]
+        return [(v, m + d) for v, m in enumerate(medians) for d in (-2, 0, 2)]
 
     lab = calibrated(answers((20, 60, 90, 180, 190)))
     assert lab.verbosity_words == (40, 75, 135, 185) and lab.complexity_grades == HeuristicLabeller().complexity_grades
@@ -338,3 +340,17 @@ def test_calibrated_thresholds_sit_between_the_models_medians():
     # A model that writes less at a higher level is read as writing as much as at the level below.
     assert calibrated(answers((20, 60, 50, 180, 190))).verbosity_words == (40, 60, 120, 185)
     assert calibrated(answers((20, 60, 90, 180, 190))[:-1]) is None  # two answers at verbosity 4: too few
+
+
+def test_kto_has_drops_a_liked_answer_that_relabelled_contradicts_a_disliked_one(store, tmp_path):
+    """Liked when asked for one sentence, disliked when asked for detail: under the length it has,
+    the liked copy is the disliked one's row, so neither is trained."""
+    text = " ".join(["steady"] * 60)  # verbosity 3, complexity 4 by the labeller as it ships
+    for asked, rating in ((Attributes(verbosity=0), 1), (Attributes(verbosity=3, complexity=4), -1)):
+        c = Chat(store, "erin")
+        a = c.answer(c.user_says("How do I ask for a raise?"), text, attrs=asked)
+        store.conversations.rate(a.id, "erin", rating)
+    asked_card, asked = _kto(tmp_path, store, "asked")
+    card, has = _kto(tmp_path, store, "has", kto_attributes="has")
+    assert len(asked) == 2 and "conflicting_labels" not in asked_card.dropped
+    assert has == {} and card.dropped["conflicting_labels"] == 2 and card.relabelled == 0
