@@ -3,7 +3,8 @@ short (or long) answers, one KTO or DPO run with LoRA, and what it changed on pr
 
     .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
         [--prefer short|long] [--method kto|dpo] [--rate regenerate=0.6 ...]
-        [--users 16] [--turns 5] [--train-steps 30] [--gate] [--out bench/results/learning-smollm2.json]
+        [--users 16] [--turns 5] [--train-steps 30] [--max-tokens 128] [--relative] [--kto-attributes asked|has]
+        [--gate] [--out bench/results/learning-smollm2.json]
 
 Steps, each timed:
 1. vLLM's CPU build serves the model (runtime LoRA on); the advisor service runs on it (the
@@ -11,7 +12,8 @@ Steps, each timed:
 2. The base model answers the 10 held-out questions (chat.builtin.check.HELD_OUT_QUESTIONS; no
    simulated user asks them) greedily at each verbosity 0-4 (complexity 2). The users'
    short/long threshold is the base model's mean length over those five positions, so "short"
-   means shorter than this model usually writes.
+   means shorter than this model usually writes; with `--relative`, its length at the position
+   the user chose (a taste relative to the slider instead of one that ignores it).
 3. Held-out pairs, drawn as the training pairs are made: the base model samples two answers per
    question and slider position (the service's sampling settings), and the users' own rule
    (`Preference.score`) picks the one they keep; equal lengths are left out.
@@ -145,8 +147,10 @@ def reward_margins(model_dir: Path, adapter_dir: Path, pairs: list[dict]) -> lis
     return [c - r for c, r in zip(chosen, rejected)]
 
 
-def simulate_users(args, url: str, served: str, data: Path, length_words: int) -> dict:
-    """Start the service on vLLM, let the users chat and the service mine their reactions."""
+def simulate_users(args, url: str, served: str, data: Path, length_words: int,
+                   relative: tuple[int, ...] = ()) -> dict:
+    """Start the service on vLLM, let the users chat and the service mine their reactions
+    (`relative`: a threshold per slider position instead of `length_words` at every one)."""
     from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
 
     from deploy.cli.simulate import parse_rates
@@ -159,7 +163,8 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int) -
     try:
         summary = simulate(SimulationConfig(
             url=service.url, users=args.users, turns=args.turns, seed=7, admin_token=ADMIN_TOKEN, extract=True,
-            preference=Preference(args.prefer, length_words=length_words), verbosities=VERBOSITIES,
+            preference=Preference(args.prefer, length_words=length_words, length_by_verbosity=relative),
+            verbosities=VERBOSITIES,
             rates=parse_rates(args.rate), concurrency=8, timeout_s=900, extract_timeout_s=900))
     finally:
         service.stop()
@@ -235,6 +240,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS, help="every answer's cap, held-out and simulated")
     ap.add_argument("--kto-attributes", choices=KTO_ATTRIBUTES, default="asked",
                     help="KTO rows under the slider values asked for, or liked answers under those their text has")
+    ap.add_argument("--relative", action="store_true",
+                    help="users whose short/long threshold is the base model's length at the slider position they chose")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     run(args)
@@ -270,7 +277,8 @@ def run(args) -> None:
         lap("base_answers")
         samples = sampled_pairs(url, served, args.max_tokens)
         lap("held_out_samples")
-        sim = simulate_users(args, url, served, data, length_words)
+        relative = tuple(round(base_words[v]) for v in VERBOSITIES) if args.relative else ()
+        sim = simulate_users(args, url, served, data, length_words, relative)
         lap("simulate")
     status, training = train(args, sim["settings"], data)
     lap(f"train_{args.method}")
@@ -284,7 +292,8 @@ def run(args) -> None:
     lap("reward_margins")
     base_mean, cand_mean = statistics.mean(base_words.values()), statistics.mean(cand_words.values())
     report.update({
-        "length_words": length_words, "simulation": sim["summary"], "training": training,
+        "length_words": length_words, "length_by_verbosity": list(relative),
+        "simulation": sim["summary"], "training": training,
         "base_mean_words": round(base_mean, 1), "candidate_mean_words": round(cand_mean, 1),
         "relative_change": round((cand_mean - base_mean) / base_mean, 3),
         "base_words_by_verbosity": {v: round(w, 1) for v, w in base_words.items()},

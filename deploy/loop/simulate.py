@@ -13,7 +13,8 @@ Design choices:
 - A preference is a judgement of one answer (`Preference.fits`) and a ranking of two
   (`Preference.score`): `short` (at most `length_words` words), `long` (more than that),
   `steps` (at least `min_steps` list items). One threshold for short and long, so reversing
-  the preference turns the same answers' verdicts around.
+  the preference turns the same answers' verdicts around; with `length_by_verbosity` the
+  threshold follows the slider (a taste relative to the setting the user chose).
 - What users say comes from a phrasebook (`reactions.py`): by default real people's feedback
   from the gold set's test split, which the fast extractor was not fitted on, so the loop's
   learning does not rest on users who speak in the extractor's own cues; `phrasing="templates"`
@@ -98,16 +99,29 @@ class Preference:
     kind: str = "short"
     length_words: int = 35  # short: at most this many words; long: more
     min_steps: int = 2  # steps: at least this many list items
+    # A taste relative to the slider: one threshold per verbosity 0-4 (what the model usually
+    # writes there), so "long" means longer than this setting usually gives. Empty: `length_words`
+    # at every position, a taste that ignores the slider.
+    length_by_verbosity: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in PREFERENCES:
             raise SimulationError(f"unknown preference {self.kind!r}; choose one of {', '.join(PREFERENCES)}")
+        if self.length_by_verbosity and len(self.length_by_verbosity) != 5:
+            raise SimulationError(f"length_by_verbosity needs one threshold per verbosity 0-4, got "
+                                  f"{len(self.length_by_verbosity)}")
 
-    def fits(self, answer: str) -> bool:
+    def threshold(self, verbosity: int | None = None) -> int:
+        """The short/long threshold at this slider position."""
+        if self.length_by_verbosity and verbosity is not None:
+            return self.length_by_verbosity[verbosity]
+        return self.length_words
+
+    def fits(self, answer: str, verbosity: int | None = None) -> bool:
         if self.kind == "short":
-            return words(answer) <= self.length_words
+            return words(answer) <= self.threshold(verbosity)
         if self.kind == "long":
-            return words(answer) > self.length_words
+            return words(answer) > self.threshold(verbosity)
         return step_count(answer) >= self.min_steps
 
     def score(self, answer: str) -> float:
@@ -332,7 +346,7 @@ class _User:
         follow_ups = 0
         while True:
             self.summary.judged += 1
-            if self.pref.fits(answer["content"]):
+            if self.pref.fits(answer["content"], attributes["verbosity"]):
                 self.summary.fitting += 1
                 if self.rng.random() < rates.like:
                     api.rate(answer["id"], 1, LIKE_REASONS[self.pref.kind])
@@ -359,7 +373,7 @@ class _User:
             reactions[kind] += 1
             if kind == "regenerate":
                 answer = self._regenerate(api, attributes, answer)
-                if not self.pref.fits(answer["content"]):
+                if not self.pref.fits(answer["content"], attributes["verbosity"]):
                     # The choice already said which is better; complaining about the kept one
                     # too would contradict it (and void the DPO pair), so the user moves on.
                     self.summary.judged += 1

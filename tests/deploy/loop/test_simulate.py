@@ -120,6 +120,17 @@ def test_preferences_judge_and_rank():
         Preference("polite")
 
 
+def test_a_relative_taste_follows_the_slider():
+    """Long users relative to the slider: nine words are too few at verbosity 4 (the model usually
+    writes 12 there) and plenty at 0 (usually 3); without a position, the one threshold."""
+    long_ = Preference("long", length_words=7, length_by_verbosity=(3, 5, 7, 10, 12))
+    nine = "Sleep at ten every night and wake at six."
+    assert long_.fits(nine, 0) and not long_.fits(nine, 4) and long_.fits(nine)
+    assert not Preference("short", length_words=7, length_by_verbosity=(3, 5, 7, 10, 12)).fits(nine, 2)
+    with pytest.raises(SimulationError, match="one threshold per verbosity"):
+        Preference("long", length_by_verbosity=(3, 5))
+
+
 def test_simulated_users_drive_the_service_and_extraction_finds_their_feedback(live):  # noqa: F811
     users_before = {r[0] for r in peek(live.store, "SELECT DISTINCT user_id FROM conversations")}
     # The tiny random model writes up to 12 tokens of gibberish: a 6-word threshold splits them.
