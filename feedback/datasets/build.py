@@ -133,8 +133,8 @@ def build_dataset(
     cands = dedupe(cands, kind, dropped)  # identical and contradicting reactions, as people gave them
     relabelled: set[str] = set()
     if relabel:
-        # Calibrated to the stored answers' own lengths; too few at some position: as it ships.
-        labeller = (calibrated(lengths) if lengths is not None else None) or labeller
+        if lengths is not None:  # no labeller given: the heuristic one in the answers' own scale, if it can be
+            labeller = calibrated(lengths, labeller) or labeller
         relabelled = relabel_desirable(cands, labeller)
         cands = dedupe(cands, kind, dropped)  # relabelled rows may now repeat or contradict others
     cands, removed = apply_filter(cands, safety_filter)
