@@ -106,7 +106,7 @@ def judge_all(rows: list[dict], data_dir: Path) -> dict:
         chunk = todo[start:start + 16]
         for r, risk in zip(chunk, judge.request_risk([r["request"] for r in chunk])):
             r["request_risk"], r["crisis"] = round(float(risk), 4), bool(CRISIS.search(r["request"]))
-        _judge_answers([r for r in chunk if _answer_head(r.get("judge", "")) != _answer_head(version)], judge)
+        judge_answers([r for r in chunk if _answer_head(r.get("judge", "")) != _answer_head(version)], judge)
         for r in chunk:
             r["judge"] = version
         print(f"judged {start + len(chunk)}/{len(todo)}", flush=True)
@@ -118,7 +118,7 @@ def _answer_head(version: str) -> str:
     return version.split(".request-")[0]
 
 
-def _judge_answers(rows: list[dict], judge) -> None:
+def judge_answers(rows: list[dict], judge) -> None:
     from chat.guard import checkpoints
 
     judged = [(r, p) for r in rows for p in (checkpoints(r["answer"]) if r["side"] == "served" else [r["answer"]])]

@@ -89,9 +89,10 @@ def answer(model_dir: Path, mode: str, questions: list[str], max_new_tokens: int
     return fn(questions)
 
 
-def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16) -> None:
-    """Answers as served ("served": under the guard's policy; "alone": no policy) to `todo`'s requests,
-    appended to `out` per batch with the batch's seconds; each batch seeded by its first row."""
+def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16, policy: str | None = None) -> None:
+    """Answers as served ("served": under the guard's policy, or `policy` when given; "alone": no
+    policy) to `todo`'s requests, appended to `out` per batch with the batch's seconds; each batch
+    seeded by its first row."""
     import time
 
     if not todo:
@@ -106,7 +107,8 @@ def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16
     settings = Settings(data_dir=str(data_dir))
     model_dir = pretrained_model_path(data_dir)
     tok, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
-    policy = settings.guard.system_prompt if side == "served" else ""
+    if policy is None:
+        policy = settings.guard.system_prompt if side == "served" else ""
     answer = served_answer_fn(model, tok, settings, policy=policy, batch_size=batch)
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
