@@ -159,7 +159,10 @@ def red_team_order() -> list:
     return [r for i in range(len(harmful)) for r in ([harmful[i]] + ([harmless[i // 2]] if i % 2 else []))]
 
 
-def request_draws(data_dir: Path, work: Path, n: int, first_id: int = 1060) -> list[dict]:
+REDTEAM_FIRST_ID = 1060  # the served answers to red-team requests, drawn on their own, are s1060 on
+
+
+def request_draws(data_dir: Path, work: Path, n: int, first_id: int = REDTEAM_FIRST_ID) -> list[dict]:
     """The first `n` of `red_team_order` answered as served (drawn into `work`, resumable), as
     unlabelled rows whose `request_harmful` is the request's own label."""
     from evaluator.shipped import read_jsonl
