@@ -114,6 +114,11 @@ def test_each_answer_names_its_steering_and_a_regenerate_shows_what_changed(brow
         hover_buttons(page, "Retry").last.click()
         wait_until(lambda: len(assistant_messages(live, uid)) == 2, what="the regenerated answer")
         wait_ui_idle(page)
+        # Stored is not yet shown: the page swaps the regenerated answer in after the store has it.
+        page.wait_for_function("""() => {
+            const bots = document.querySelectorAll('#chatbot [data-testid="bot"]');
+            return bots.length && bots[bots.length - 1].innerText.includes('verbosity 4');
+        }""", timeout=WAIT_MS)
         html = last_bot(page).inner_html()
         assert "verbosity 4" in html and ("<strong>verbosity 4</strong>" in html or "<b>verbosity 4</b>" in html)
     finally:
