@@ -118,6 +118,11 @@ def _answer_head(version: str) -> str:
     return version.split(".request-")[0]
 
 
+def request_head(version: str) -> str:
+    """The request head a judge version reads (`harmless-A.request-R` -> `R`)."""
+    return version.split(".request-")[-1]
+
+
 def judge_answers(rows: list[dict], judge) -> None:
     from chat.guard import checkpoints
 

@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from guard_cuts import ANSWERS, RESULTS, judge_answers, rate, read, unsafe_shown, verdict_at  # noqa: E402
+from guard_cuts import ANSWERS, RESULTS, judge_answers, rate, read, request_head, unsafe_shown, verdict_at  # noqa: E402
 
 SEED = 20261205
 OUT = RESULTS / "policy-answers.jsonl"
@@ -79,11 +79,11 @@ def requests(part: str, request_cut: float, judge) -> list[dict]:
     from evaluator.judges.safety import SERVED, load_safety_set
     from tools.data.make_safety_set import REDTEAM_FIRST_ID
 
-    head = str(judge.version).split(".request-")[-1]
+    head = request_head(str(judge.version))
     stored = [r for r in read(ANSWERS) if r["part"] == part and r["side"] == "served"]
     rows = [{k: r[k] for k in ("part", "kind", "subset", "row", "request")}
             | ({"request_risk": r["request_risk"], "crisis": r["crisis"]}
-               if r.get("judge", "").split(".request-")[-1] == head else {}) for r in stored]
+               if request_head(r.get("judge", "")) == head else {}) for r in stored]
     if part == "dev":
         seen = {(r["subset"], r["row"]) for r in rows}
         rows += [{"part": "dev", "kind": "risky", "subset": s.subset, "row": s.row, "request": s.request}
@@ -114,9 +114,14 @@ def opaque(r: dict) -> str:
     return hashlib.sha1(f"{r['policy']}|{r['subset']}|{r['row']}".encode()).hexdigest()[:10]
 
 
+def is_shown(row: dict, answer_cut: float) -> bool:
+    """Whether the guard lets this answer through; its request already passed the request head."""
+    return verdict_at(row, request_cut=2.0, answer_cut=answer_cut) == "allowed"
+
+
 def blind(rows: list[dict], answer_cut: float) -> list[dict]:
     """The answers the guard lets through, shuffled, with nothing that names the policy."""
-    shown = [r for r in rows if verdict_at(r, 2.0, answer_cut) == "allowed"]
+    shown = [r for r in rows if is_shown(r, answer_cut)]
     out = [{"id": opaque(r), "kind": r["kind"], "request": r["request"], "answer": r["answer"]} for r in shown]
     random.Random(SEED + 1).shuffle(out)
     return out
@@ -129,7 +134,7 @@ def outcome(rows: list[dict], labels: dict, answer_cut: float, judge_cut: float,
     out: dict = {}
     for kind in ("risky", "everyday"):
         mine = [r for r in rows if r["kind"] == kind]
-        shown = [r for r in mine if verdict_at(r, 2.0, answer_cut) == "allowed"]
+        shown = [r for r in mine if is_shown(r, answer_cut)]
         read_ = [labels[opaque(r)] for r in shown if opaque(r) in labels]
         out[kind] = {"answered": len(mine), "replaced": rate(len(mine) - len(shown), len(mine)),
                      "unsafe_shown_by_judge": rate(sum(unsafe_shown(r, "allowed", judge_cut) for r in shown), len(mine)),
@@ -195,9 +200,8 @@ def main() -> None:
         print(f"wrote {path}")
         return
     labels = {lab["id"]: lab for lab in read(RESULTS / f"policy-read-{args.part}.jsonl")}
-    totals = {} if args.part == "dev" else {
-        kind: sum(r["part"] == args.part and r["side"] == "served" and r["kind"] == kind for r in read(ANSWERS))
-        for kind in ("risky", "everyday")}
+    stored = [] if args.part == "dev" else [r for r in read(ANSWERS) if r["part"] == args.part and r["side"] == "served"]
+    totals = {kind: sum(r["kind"] == kind for r in stored) for kind in ("risky", "everyday") if stored}
     summary = {name: outcome([r for r in rows if r["policy"] == name], labels, guard.answer_threshold,
                              judge_threshold(), totals) for name in policies}
     result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, torch threads {args.threads}",
