@@ -101,7 +101,11 @@ def kill_under_load(topo, index: int) -> tuple[Users, float, float]:
             after = [t.user for t in users.acknowledged() if t.sent > killed_at + SETTLE_S]
             return all(after.count(u) >= 3 for u in range(USERS))
 
-        wait_for(every_user_served_again, 60, "every user answered again after the kill")
+        try:
+            wait_for(every_user_served_again, 60, "every user answered again after the kill")
+        except AssertionError as e:  # say who stalled and how their last turns ended
+            last = {u: [t.status for t in users.turns if t.user == u][-3:] for u in range(USERS)}
+            raise AssertionError(f"{e}; last statuses per user: {last}") from None
     return users, killed_at, killed_wall
 
 
