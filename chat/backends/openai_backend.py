@@ -19,6 +19,9 @@ Design choices:
 - Timeouts (a short connect timeout, so a dead server is reported in seconds) and the client's
   own retries with backoff; every failure becomes a `BackendError`/`BackendUnavailable` naming
   the URL and what to do.
+- A conversation longer than the server's context is not an error: it is sent again without its
+  older half of turns until it fits (as the transformers backend drops the oldest turns), so
+  the newest question is always answered; only a question too long on its own is refused.
 - `complete` sends the batch as concurrent requests: the server batches them (continuous
   batching) better than any client-side grouping could.
 """
@@ -170,12 +173,27 @@ class OpenAICompatibleBackend:
             raise self._error(exc, name) from exc
 
     def _create(self, request: dict, **kwargs):
-        """`chat.completions.create`, re-loading a forgotten adapter once (the server was restarted)."""
+        """`chat.completions.create`; a conversation that outgrew the server's context is sent
+        again without its older half of turns, until it fits or only the new question is left."""
+        while True:
+            try:
+                return self._create_reloading(request, **kwargs)
+            except openai.BadRequestError as exc:
+                shorter = without_older_turns(request["messages"]) if _context_exceeded(exc) else None
+                if shorter is None:
+                    raise self._error(exc, request["model"]) from exc
+                request = {**request, "messages": shorter}
+
+    def _create_reloading(self, request: dict, **kwargs):
+        """`chat.completions.create`, re-loading a forgotten adapter once (the server was restarted).
+        A 400 is left to the caller, which may trim the conversation."""
         try:
             return self._client.chat.completions.create(**request, **kwargs)
         except openai.NotFoundError as exc:
             if not self.reload_adapter(request["model"]):
                 raise self._error(exc, request["model"]) from exc
+        except openai.BadRequestError:
+            raise
         except openai.APIError as exc:
             raise self._error(exc, request["model"]) from exc
         try:
@@ -291,6 +309,27 @@ class OpenAICompatibleBackend:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _context_exceeded(exc: openai.BadRequestError) -> bool:
+    """vLLM and OpenAI both say "maximum context length" when a prompt does not fit."""
+    return "maximum context length" in _detail(exc).lower()
+
+
+def without_older_turns(messages: list[dict]) -> list[dict] | None:
+    """The conversation without the older half of its turns (the leading system messages and the
+    newest message always kept; it starts again at a user turn), or None when only the newest
+    message is left to keep."""
+    system = 0
+    while system < len(messages) and messages[system]["role"] == "system":
+        system += 1
+    rest = messages[system:]
+    if len(rest) <= 1:
+        return None
+    cut = len(rest) // 2
+    while cut < len(rest) - 1 and rest[cut]["role"] != "user":
+        cut += 1
+    return messages[:system] + rest[cut:]
 
 
 def _detail(exc: openai.APIStatusError) -> str:

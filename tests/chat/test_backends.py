@@ -239,6 +239,7 @@ class _ChatServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict] = []
         self.models = ["base-model", "release-1"]
+        self.context_chars = 0  # > 0: a prompt of more characters is refused as vLLM refuses one
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -270,6 +271,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if req["model"] not in self.server.models:
             return self._json({"error": {"message": f"The model `{req['model']}` does not exist.", "code": 404}}, 404)
+        prompt = sum(len(m["content"]) for m in req["messages"])
+        if self.server.context_chars and prompt > self.server.context_chars:
+            return self._json({"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                f"This model's maximum context length is {self.server.context_chars} tokens. However, your prompt "
+                f"contains at least {prompt} input tokens.")}, 400)
         words = ["Keep ", "a ", "regular ", "schedule."]
         base = {"id": "c1", "created": 0, "model": req["model"]}
         if not req.get("stream"):
@@ -333,3 +339,40 @@ def test_openai_streams_with_steerlm_kwargs_and_adapter_by_name(chat_server):
     with pytest.raises(BackendError, match="no model named 'gone'"):
         b.stream(QUESTION, attributes=None, steering="steerlm", params=GREEDY)
     b.close()
+
+
+def test_openai_conversation_longer_than_the_context_is_answered_without_its_older_turns(chat_server):
+    """vLLM refuses a prompt longer than its context; the backend sends the conversation again
+    without its older half of turns (system message and new question kept), as the transformers
+    backend trims one, and only a question too long on its own is an error."""
+    url = f"http://127.0.0.1:{chat_server.server_address[1]}/v1"
+    b = OpenAICompatibleBackend(url, max_retries=0)
+    turns = []
+    for i in range(6):
+        turns += [{"role": "user", "content": f"question {i} " + "x" * 40}, {"role": "assistant", "content": "y" * 60}]
+    conversation = [{"role": "system", "content": "Be kind."}, *turns, {"role": "user", "content": "and now?"}]
+    chat_server.context_chars = 200
+    gen = b.stream(conversation, attributes=None, steering="instruct", params=GREEDY)
+    assert gen.read() == "Keep a regular schedule."
+    sent = chat_server.requests[-1]["messages"]
+    assert sum(len(m["content"]) for m in sent) <= 200
+    assert sent[0]["content"].startswith("Be kind.") and sent[-1]["content"].startswith("and now?")
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant"] * ((len(sent) - 2) // 2) + ["user"]
+    assert len(chat_server.requests) - 1 <= 3  # halved each time: a few requests, not one per turn
+    assert b.complete([conversation], attributes=None, steering="instruct", params=GREEDY) == ["Keep a regular schedule."]
+
+    chat_server.context_chars = 5
+    with pytest.raises(BackendError, match="maximum context length"):
+        b.stream(conversation, attributes=None, steering="instruct", params=GREEDY)
+    b.close()
+
+
+def test_without_older_turns_keeps_the_system_message_and_restarts_at_a_user_turn():
+    from chat.backends.openai_backend import without_older_turns
+
+    sys_, u1, a1, u2, a2, u3 = ({"role": r, "content": c} for r, c in (
+        ("system", "s"), ("user", "1"), ("assistant", "a"), ("user", "2"), ("assistant", "b"), ("user", "3")))
+    assert without_older_turns([sys_, u1, a1, u2, a2, u3]) == [sys_, u2, a2, u3]
+    assert without_older_turns([u1, a1, u3]) == [u3]
+    assert without_older_turns([sys_, u3]) is None
+    assert without_older_turns([u3]) is None
