@@ -3,19 +3,11 @@ unsafe answers, over-refusals and agreement with the judge as the labels say."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_helpers import load_bench
 
 
 def _guard_bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_guard", BENCH / "guard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("guard")
 
 
 def _row(kind: str, row: int, verdict: str, risk: float, withdrawn: str | None = None) -> dict:

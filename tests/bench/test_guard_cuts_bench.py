@@ -3,23 +3,14 @@ on the same risks), the cut is chosen on dev alone, and the blind sample carries
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_helpers import load_bench
 
 from chat.guard import Guard, checkpoints, served_answers
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_guard_cuts", BENCH / "guard_cuts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("guard_cuts")
 
 
 class PrefixJudge:

@@ -4,19 +4,11 @@ policies that keep everyday requests answered, keeping the shipped one on a tie.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_helpers import load_bench
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_policy_prompts", BENCH / "policy_prompts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("policy_prompts")
 
 
 def _row(policy: str, kind: str, row: int, risks: list[float]) -> dict:

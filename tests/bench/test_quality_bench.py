@@ -3,21 +3,12 @@ baseline never pairs an answer with its own question, and the on-topic threshold
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_helpers import load_bench
 
 
 def _quality():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_quality", BENCH / "quality.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("quality")
 
 
 def test_forty_distinct_questions_none_in_the_builtin_corpus():
