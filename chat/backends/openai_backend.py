@@ -198,6 +198,8 @@ class OpenAICompatibleBackend:
             raise self._error(exc, request["model"]) from exc
         try:
             return self._client.chat.completions.create(**request, **kwargs)
+        except openai.BadRequestError:
+            raise
         except openai.APIError as exc:
             raise self._error(exc, request["model"]) from exc
 
