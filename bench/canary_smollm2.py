@@ -107,6 +107,7 @@ def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int) -> list[d
             verdict = admin.post("/api/admin/canary/check", timeout=900).json()
             row = {"round": round_no + 1, "seconds": round(time.monotonic() - t0, 1), "turns": summary["turns"],
                    "fitting": summary["fitting"], "judged": summary["judged"], "errors": summary["errors"],
+                   "error_samples": summary["error_samples"],
                    **check_summary(verdict)}
             checks.append(row)
             print(json.dumps({k: row[k] for k in ("round", "seconds", "turns", "action", "reason")}), flush=True)
