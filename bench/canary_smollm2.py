@@ -44,16 +44,18 @@ sys.path.append(str(REPO / "bench"))  # after the repo, so bench/store.py does n
 sys.path.insert(0, str(REPO / "tests"))
 
 from _machine import cpu_model, emit  # noqa: E402
-from learning import VERBOSITIES  # noqa: E402  the slider positions the learning run's users chose
+from learning import VERBOSITIES, served_settings  # noqa: E402  the learning run's slider positions and service
 
 SHARE = 0.5
 
 
 def words_by_arm(answers: list[tuple[str | None, str]]) -> dict[str, dict]:
     """(arm, text) of each answer -> per arm: how many, and their mean and median words."""
+    from evaluator.text import words
+
     out: dict[str, dict] = {}
     for arm in sorted({a for a, _ in answers if a}):
-        counts = [len(text.split()) for a, text in answers if a == arm]
+        counts = [words(text) for a, text in answers if a == arm]
         out[arm] = {"answers": len(counts), "mean_words": round(statistics.mean(counts), 1),
                     "median_words": statistics.median(counts)}
     return out
@@ -78,13 +80,11 @@ def check_summary(verdict: dict) -> dict:
 
 
 def service_settings(data: Path, model_dir: Path, url: str, served: str, max_tokens: int):
-    from service_helpers import tiny_settings
-
-    return tiny_settings(data, model_dir, **{
-        "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
-        "backend.max_new_tokens": max_tokens, "backend.timeout_s": 600, "vllm.model": str(model_dir),
-        "canary.share": SHARE, "canary.check_every_minutes": 0, "canary.max_conversations": 100_000,
-        "canary.max_hours": 240.0})
+    """As the learning run served the model, with the canary's share and no timer or deadline;
+    `vllm.model` names the base the candidate's adapter was trained on."""
+    return served_settings(data, model_dir, url, served, max_tokens, **{
+        "vllm.model": str(model_dir), "canary.share": SHARE, "canary.check_every_minutes": 0,
+        "canary.max_conversations": 100_000, "canary.max_hours": 240.0})
 
 
 def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int) -> list[dict]:
@@ -143,9 +143,8 @@ def run(args) -> dict:
                                            base_model=str(args.model_dir.resolve()), data_dir=service.services.settings.data_path,
                                            decision=decision)
             with service.admin() as admin:
-                force = "true" if not decision["promote"] else "false"
-                started = admin.post(f"/api/admin/canary/start/{candidate.id}?force={force}", timeout=300)
-                started.raise_for_status()
+                admin.post(f"/api/admin/canary/start/{candidate.id}", params={"force": not decision["promote"]},
+                           timeout=300).raise_for_status()
             report["checks"] = run_rounds(args, service, taste, max_tokens)
             last = report["checks"][-1]["action"] if report["checks"] else "continue"
             report["outcome"] = last if last != "continue" else "undecided when the bench's budget ran out"

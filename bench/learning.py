@@ -147,18 +147,26 @@ def reward_margins(model_dir: Path, adapter_dir: Path, pairs: list[dict]) -> lis
     return [c - r for c, r in zip(chosen, rejected)]
 
 
+def served_settings(data: Path, model_dir: Path, url: str, served: str, max_tokens: int, **extra):
+    """The service on a vLLM endpoint as the learning runs serve it: the `openai` backend,
+    `instruct` steering, `max_tokens` per answer, the test settings otherwise (guard off)."""
+    from service_helpers import tiny_settings
+
+    return tiny_settings(data, model_dir, **{
+        "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
+        "backend.max_new_tokens": max_tokens, "backend.timeout_s": 600, **extra})
+
+
 def simulate_users(args, url: str, served: str, data: Path, length_words: int,
                    relative: tuple[int, ...] = ()) -> dict:
     """Start the service on vLLM, let the users chat and the service mine their reactions
     (`relative`: a threshold per slider position instead of `length_words` at every one)."""
-    from service_helpers import ADMIN_TOKEN, start_service, tiny_settings
+    from service_helpers import ADMIN_TOKEN, start_service
 
     from deploy.cli.simulate import parse_rates
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
-    settings = tiny_settings(data, Path(args.model_dir), **{
-        "backend.kind": "openai", "backend.base_url": url, "backend.model": served, "backend.steering": "instruct",
-        "backend.max_new_tokens": args.max_tokens, "backend.timeout_s": 600, "canary.enabled": False})
+    settings = served_settings(data, Path(args.model_dir), url, served, args.max_tokens, **{"canary.enabled": False})
     service = start_service(settings)
     try:
         summary = simulate(SimulationConfig(
