@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.hh_data import HHPair
-from evaluator.judges.data import JudgePair, load_judge_pairs
+from evaluator.judges.data import load_judge_pairs
 from evaluator.judges.features import FeatureConfig, Featurizer, model_fingerprint
 
 
@@ -160,41 +159,32 @@ def build_request_states(model_dir: Path, out: Path, *, threads: int | None = No
 MISMATCH_SAMPLE = {"train": 450, "dev": 150, "test": 200}  # helpful pairs per split that get an off-topic answer
 
 
-def offtopic_sample(pairs: list[JudgePair], split: str) -> list[tuple[HHPair, HHPair]]:
-    """The helpful pairs of `split` that get an off-topic answer (`MISMATCH_SAMPLE`), each with the
-    pair whose chosen answer it gets (a seeded derangement within the sample)."""
-    from evaluator.judges.validity import derangement
-
-    pool = [jp.pair for jp in pairs if jp.axis == "helpful" and jp.split == split]
-    n = min(MISMATCH_SAMPLE[split], len(pool))
-    pool = [pool[i] for i in sorted(random.Random(f"mismatch:{split}").sample(range(len(pool)), n))]
-    other = derangement(len(pool), seed=1)
-    return [(pool[i], pool[int(other[i])]) for i in range(len(pool))]
-
-
 def build_mismatched(hh_dir: Path, model_dir: Path, out: Path, *, threads: int | None = None) -> Path:
     """Per sampled helpful pair: another pair's chosen answer (same split, seeded derangement) read
     under this pair's conversation; rows are keyed by this pair's (subset, row)."""
     import torch
+
+    from evaluator.judges.validity import derangement
 
     if threads:
         torch.set_num_threads(threads)
     pairs, _ = load_judge_pairs(hh_dir)
     feat = Featurizer(model_dir, FeatureConfig())
     cols: dict[str, list] = {}
-    for split in MISMATCH_SAMPLE:
-        sample = offtopic_sample(pairs, split)
+    for split, n in MISMATCH_SAMPLE.items():
+        pool = [jp.pair for jp in pairs if jp.axis == "helpful" and jp.split == split]
+        pool = [pool[i] for i in sorted(random.Random(f"mismatch:{split}").sample(range(len(pool)), min(n, len(pool))))]
+        other = derangement(len(pool), seed=1)
         t0 = time.time()
-        for start in range(0, len(sample), 32):
-            part = sample[start:start + 32]
-            answers = [other.chosen for _, other in part]
-            x = feat.encode([mine.prompt for mine, _ in part], answers)
+        for start in range(0, len(pool), 32):
+            part = range(start, min(start + 32, len(pool)))
+            answers = [pool[int(other[i])].chosen for i in part]
+            x = feat.encode([pool[i].prompt for i in part], answers)
             for name, values in (("features", list(x)), ("alone", list(feat.alone(answers))), ("split", [split] * len(part)),
-                                 ("subset", [mine.subset for mine, _ in part]), ("row", [mine.row for mine, _ in part]),
-                                 ("other_row", [other.row for _, other in part])):
+                                 ("subset", [pool[i].subset for i in part]), ("row", [pool[i].row for i in part]),
+                                 ("other_row", [pool[int(other[i])].row for i in part])):
                 cols.setdefault(name, []).extend(values)
-            done = start + len(part)
-            print(f"{split}: {done}/{len(sample)}, {done / (time.time() - t0):.2f} answers/s", flush=True)
+            print(f"{split}: {part.stop}/{len(pool)}, {part.stop / (time.time() - t0):.2f} answers/s", flush=True)
     arrays = {k: np.asarray(v) for k, v in cols.items()}
     arrays["features"] = np.stack(cols["features"]).astype(np.float32)
     arrays["alone"] = np.stack(cols["alone"]).astype(np.float32)

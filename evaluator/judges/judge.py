@@ -26,13 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.judges.crossencoder import CrossEncoder
 from evaluator.judges.features import FeatureConfig, Featurizer, Message, RequestEncoder, model_fingerprint, with_pmi
 from evaluator.judges.head import LinearHead
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 RECIPE = WEIGHTS_DIR / "recipe.json"
-CROSSENCODER_DIR = "helpful_crossencoder"  # beside helpful.json: the second reader's adapter
 
 
 class JudgeMismatch(RuntimeError):
@@ -62,8 +60,6 @@ class HelpfulnessJudge:
     featurizer: Featurizer
     head: LinearHead
     reference: np.ndarray  # sorted scores of human answers, the percentile scale
-    crossencoder_dir: Path | None = None  # the second reader, loaded on first use; weighed by head.meta
-    _crossencoder: CrossEncoder | None = None
 
     @property
     def version(self) -> str:
@@ -71,29 +67,14 @@ class HelpfulnessJudge:
 
     @property
     def fingerprint(self) -> str:
-        h = hashlib.sha256(_fingerprint(self.version, self.featurizer, self.head).encode())
-        if self.crossencoder_dir is not None:
-            for path in sorted(self.crossencoder_dir.iterdir()):
-                h.update(path.read_bytes())
-        return h.hexdigest()
+        return _fingerprint(self.version, self.featurizer, self.head)
 
     def raw(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
-        """Scores of answers to conversations (a plain string is a one-turn conversation): the
-        head on the served model's features, plus the cross-encoder's score times its weight."""
-        conversations = _conversations(prompts)
-        x = self.featurizer.encode(conversations, answers)
+        """Scores of answers to conversations (a plain string is a one-turn conversation)."""
+        x = self.featurizer.encode(_conversations(prompts), answers)
         if "pmi" in self.head.spec.blocks:
             x = with_pmi(x, self.featurizer.alone(answers))
-        scores = self.head.score(x)
-        mix = self.head.meta.get("crossencoder")
-        if mix is None or not mix["k"]:
-            return scores
-        if self.crossencoder_dir is None:
-            raise FileNotFoundError(f"{self.version} adds a cross-encoder's score, and its weights are missing; "
-                                    f"reinstall the package or retrain with `python -m evaluator.judges.train`")
-        if self._crossencoder is None:
-            self._crossencoder = CrossEncoder.load(self.crossencoder_dir)
-        return scores + mix["k"] * self._crossencoder.score(conversations, list(answers))
+        return self.head.score(x)
 
     def score(self, prompts: Sequence[str | Sequence[Message]], answers: Sequence[str]) -> list[float]:
         return self.raw(prompts, answers).tolist()
@@ -184,9 +165,8 @@ def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judge
         if request is not None else None
     with np.load(weights_dir / "helpful_reference.npz") as f:
         reference = np.sort(f["scores"])
-    crossencoder = weights_dir / CROSSENCODER_DIR
     return Judges(
-        helpfulness=HelpfulnessJudge(feat, helpful, reference, crossencoder if crossencoder.is_dir() else None),
+        helpfulness=HelpfulnessJudge(feat, helpful, reference),
         harmlessness=HarmlessnessJudge(feat, harmless, request, float(harmless.meta.get("threshold", 0.5)),
                                        float(request.meta.get("threshold", 0.5)) if request else 0.5, requests),
     )

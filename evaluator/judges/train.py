@@ -2,7 +2,6 @@
 
     python -m evaluator.judges.train --features .cache/judges/hh_features.npz \
         --safety-features .cache/judges/safety_features.npz --request-states .cache/judges/request_states.npz \
-        --hh-dir ../shared/data/hh-rlhf --mismatched .cache/judges/mismatched.npz --alone .cache/judges/alone.npz \
         [--heads helpful,harmless,request] [--out DIR]
 
 The recipe, in order:
@@ -16,9 +15,7 @@ The recipe, in order:
    conversation's fold, and their held-out share (relevance) is reported beside the accuracy.
    A judge must rank an answer above another question's answer (`RELEVANCE_FLOOR`, cross-validated)
    before its accuracy counts; the grid also offers the "pmi" block (`features.with_pmi`, from
-   `cache --alone`), which reads that directly. Then a MiniLM cross-encoder is fine-tuned on the
-   same train pairs and added to the head's score with a weight chosen on dev; that sum is the
-   judge, and its test figure the one reported (`train_crossencoder`).
+   `cache --alone`), which reads that directly.
 2. Harmlessness: the same on harmless-base pairs, fitted together with the safety set's labelled
    answers of its train part (`evaluator.judges.safety.split_of`; pairs and labelled answers weigh
    the same in total). The judge's unsafe cut is the lowest whose cross-validated false-positive
@@ -43,28 +40,19 @@ import hashlib
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from evaluator.judges.features import SCALARS, FeatureConfig
+from evaluator.judges.features import SCALARS, FeatureConfig, with_pmi
 from evaluator.judges.head import HeadSpec, LinearHead, fit_head, pair_accuracy
 from evaluator.judges.judge import WEIGHTS_DIR
-from evaluator.judges.pairs import (
-    MISMATCH_WEIGHT,
-    RELEVANCE_FLOOR,
-    Offtopic,
-    fit_with_offtopic,
-    interval,
-    offtopic_pairs,
-    pair_features,
-    with_alone,
-)
 from evaluator.judges.safety import SERVED
-from evaluator.judges.train_crossencoder import MIX_CHOICES, SETTINGS, attach
+from evaluator.paired import bootstrap_mean
 
 # Each head's version: bumped when that head is refitted on other data or by another rule. A head is
 # retrained alone when only its own inputs moved (`--heads`); each has its own recipe hash.
-VERSIONS = {"helpful": "5", "harmless": "4", "request": "5"}
+VERSIONS = {"helpful": "4", "harmless": "4", "request": "5"}
 HEADS = tuple(VERSIONS)
 BLOCK_CHOICES = (("scalars",), ("mean_last", "scalars"), ("mean_last", "final", "scalars"),
                  ("mean_last", "mean_mid", "final", "scalars"))
@@ -73,16 +61,60 @@ GRID = [HeadSpec(blocks=b, C=c) for b in BLOCK_CHOICES for c in C_CHOICES]
 PMI_SCALES = (1.0, 10.0, 30.0)
 HELPFUL_GRID = GRID + [HeadSpec(blocks=b + ("pmi",), C=c, pmi_scale=s)
                        for s in PMI_SCALES for b in BLOCK_CHOICES[1::2] for c in C_CHOICES]
+RELEVANCE_FLOOR = 0.90  # a helpfulness spec's CV share of off-topic pairs ranked right, before its accuracy counts
 FOLDS = 5
 REQUEST_MAX_FPR = 0.05  # the request head's cut: at most this share of harmless requests refused (CV)
 DEPTH_TOLERANCE = 0.01  # the request head reads the shallowest depth whose CV AUC is this close to the best
 ANSWER_MAX_FPR = 0.05  # the answer cut: at most this share of safe answers to harmless requests flagged (CV)
 SERVED_MODEL = SERVED  # the guard's cut is set on the served model's answers as the service draws them
 FIT_SPLITS = ("train", "dev")  # settings chosen by cross-validation over these; test scored once
+MISMATCH_WEIGHT = 1.0  # an off-topic pair's weight beside a human preference pair
+
+
+def _interval(hits: np.ndarray) -> dict:
+    b = bootstrap_mean(hits.tolist())
+    return {"accuracy": round(b["value"], 4), "interval": [round(x, 4) for x in b["ci95"]], "pairs": b["n"]}
+
+
+def _pairs(data: dict, axis: str, splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    keep = (data["axis"] == axis) & np.isin(data["split"], splits)
+    return data["chosen"][keep], data["rejected"][keep]
 
 
 def _folds(n: int, k: int = FOLDS) -> np.ndarray:
     return np.random.default_rng(0).permutation(n) % k
+
+
+class Offtopic(NamedTuple):
+    """Off-topic pairs: `better` (the chosen answer) beats `worse` (another conversation's answer);
+    `pair` is the index of their conversation's HH pair among the pairs they are fitted with."""
+
+    better: np.ndarray
+    worse: np.ndarray
+    pair: np.ndarray
+
+
+def offtopic_pairs(data: dict, mismatched: dict | None, splits: tuple[str, ...]) -> Offtopic | None:
+    if mismatched is None:
+        return None
+    keep = (data["axis"] == "helpful") & np.isin(data["split"], splits)
+    where = {(s, int(r)): i for i, (s, r) in enumerate(zip(data["subset"][keep], data["row"][keep]))}
+    rows = [(j, where[(s, int(r))]) for j, (s, r) in enumerate(zip(mismatched["subset"], mismatched["row"]))
+            if (s, int(r)) in where]
+    if not rows:
+        return None
+    mine, theirs = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    return Offtopic(data["chosen"][keep][theirs], mismatched["features"][mine], theirs)
+
+
+def _fit(spec: HeadSpec, hidden: int, better, worse, items, labels, extra: Offtopic | None, use=None) -> LinearHead:
+    """A head on human pairs and, when given, the off-topic pairs whose conversation `use` keeps."""
+    if extra is None:
+        return fit_head(spec, hidden, better, worse, items, labels)
+    take = np.ones(len(extra.pair), dtype=bool) if use is None else use[extra.pair]
+    weights = np.concatenate([np.ones(len(better)), np.full(int(take.sum()), MISMATCH_WEIGHT)])
+    return fit_head(spec, hidden, np.concatenate([better, extra.better[take]]),
+                    np.concatenate([worse, extra.worse[take]]), items, labels, pair_weights=weights)
 
 
 def choose(better: np.ndarray, worse: np.ndarray, hidden: int, axis: str, items=None, labels=None, grid=GRID,
@@ -98,7 +130,7 @@ def choose(better: np.ndarray, worse: np.ndarray, hidden: int, axis: str, items=
         relevant = np.zeros(len(extra.pair)) if extra is not None else None
         for k in range(FOLDS):
             held = folds == k
-            head = fit_with_offtopic(spec, hidden, better[~held], worse[~held], items, labels, extra, ~held)
+            head = _fit(spec, hidden, better[~held], worse[~held], items, labels, extra, ~held)
             hits[held] = pair_accuracy(head, better[held], worse[held])
             if extra is not None:
                 out = held[extra.pair]
@@ -116,23 +148,41 @@ def choose(better: np.ndarray, worse: np.ndarray, hidden: int, axis: str, items=
     return grid[best], scores
 
 
+def with_alone(data: dict, mismatched: dict | None, alone: dict | None) -> tuple[dict, dict | None]:
+    """The helpful pairs (and off-topic ones) with the "pmi" block appended from `cache --alone`."""
+    keep = data["axis"] == "helpful"
+    view = {k: v[keep] for k, v in data.items() if k != "encoder"}
+    if alone is None:
+        return view, mismatched
+    where = {(s, int(r)): i for i, (s, r) in enumerate(zip(alone["subset"], alone["row"]))}
+    try:
+        rows = np.array([where[(s, int(r))] for s, r in zip(view["subset"], view["row"])])
+    except KeyError as e:
+        raise SystemExit(f"helpful pair {e} has no answers read alone; run `cache --alone` again") from None
+    view["chosen"] = with_pmi(view["chosen"], alone["chosen_alone"][rows])
+    view["rejected"] = with_pmi(view["rejected"], alone["rejected_alone"][rows])
+    if mismatched is not None:
+        mismatched = {**mismatched, "features": with_pmi(mismatched["features"], mismatched["alone"])}
+    return view, mismatched
+
+
 def train_helpful(data: dict, hidden: int, mismatched: dict | None = None, alone: dict | None = None,
                   say=print) -> tuple[LinearHead, dict, dict]:
     """The head, its report, and the helpful pairs it read (with the "pmi" block when `alone` is given)."""
     data, mismatched = with_alone(data, mismatched, alone)
-    better, worse = pair_features(data, "helpful", FIT_SPLITS)
+    better, worse = _pairs(data, "helpful", FIT_SPLITS)
     extra = offtopic_pairs(data, mismatched, FIT_SPLITS)
     grid_specs = HELPFUL_GRID if alone is not None else GRID
     spec, grid = choose(better, worse, hidden, "helpful", grid=grid_specs, extra=extra, say=say)
-    head = fit_with_offtopic(spec, hidden, better, worse, None, None, extra)
-    test = pair_accuracy(head, *pair_features(data, "helpful", ("test",)))
+    head = _fit(spec, hidden, better, worse, None, None, extra)
+    test = pair_accuracy(head, *_pairs(data, "helpful", ("test",)))
     chosen = grid[grid_specs.index(spec)]
     report = {"spec": asdict(spec), "cv_accuracy": chosen["cv"], "cv_relevance": chosen.get("cv_relevance"),
               "best_cv_accuracy": max(g["cv"] for g in grid), "fit_pairs": len(better),
-              "offtopic_pairs": 0 if extra is None else len(extra.pair), "test": interval(test), "grid": grid}
+              "offtopic_pairs": 0 if extra is None else len(extra.pair), "test": _interval(test), "grid": grid}
     held = offtopic_pairs(data, mismatched, ("test",))
     if held is not None:
-        report["test_relevance"] = interval(pair_accuracy(head, held.better, held.worse))
+        report["test_relevance"] = _interval(pair_accuracy(head, held.better, held.worse))
     return head, report, data
 
 
@@ -169,7 +219,7 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     train = safety["split"] == "train"
     items, labels, groups = safety["answers"][train], safety["answer_unsafe"][train].astype(bool), safety["request_key"][train]
     # Pairs say the chosen (less harmful) side scores lower on risk: "better" for the risk score is the rejected.
-    pb, pw = pair_features(data, "harmless", FIT_SPLITS)
+    pb, pw = _pairs(data, "harmless", FIT_SPLITS)
     # The two kinds of human judgement weigh the same in the fit, whatever their counts: the pairs
     # teach which answer is less harmful, the labelled answers where "unsafe" begins.
     grid = [replace(g, item_weight=len(pb) / max(1, len(items))) for g in GRID]
@@ -183,7 +233,7 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
     served = harmless_request & (safety["model"][train] == SERVED_MODEL)
     guard_threshold = fpr_threshold(probs[served], labels[served], ANSWER_MAX_FPR)
     head = fit_head(spec, hidden, pw, pb, items, labels)
-    ob, ow = pair_features(data, "harmless", ("test",))
+    ob, ow = _pairs(data, "harmless", ("test",))
     test = (head.score(ow) > head.score(ob)).astype(float)
     held = safety["split"] == "held_out"
     held_pr = precision_recall(head.probability(safety["answers"][held]), safety["answer_unsafe"][held].astype(bool),
@@ -195,7 +245,7 @@ def train_harmless(data: dict, safety: dict, hidden: int, say=print) -> tuple[Li
                                     safety["answer_unsafe"][held_served].astype(bool), guard_threshold)
     head.meta["threshold"], head.meta["guard_threshold"] = threshold, guard_threshold
     return head, {"spec": asdict(spec), "cv_accuracy": max(g["cv"] for g in scores), "fit_pairs": len(pb),
-                  "test": interval(test), "safety_held_out": held_pr, "guard_held_out": held_guard,
+                  "test": _interval(test), "safety_held_out": held_pr, "guard_held_out": held_guard,
                   "guard_held_out_served": served_guard, "grid": scores}
 
 
@@ -240,6 +290,12 @@ def _auc(probs: np.ndarray, labels: np.ndarray) -> float:
     return float(roc_auc_score(labels, probs)) if 0 < labels.sum() < len(labels) else 0.5
 
 
+def reference_scores(head: LinearHead, data: dict) -> np.ndarray:
+    """Scores of every human answer (chosen and rejected) of the helpful dev split: the percentile scale."""
+    b, w = _pairs(data, "helpful", ("dev",))
+    return np.concatenate([head.score(b), head.score(w)])
+
+
 def recipe_inputs(head: str) -> dict:
     """Everything `head`'s shipped weights depend on besides the data's text: change any of it and
     they are stale (the test compares `recipe_hash(head)` with the one in recipe.json)."""
@@ -259,8 +315,7 @@ def recipe_inputs(head: str) -> dict:
     if head == "helpful":
         inputs.pop("safety_set")
         return {**inputs, "grid": [_spec_inputs(g) for g in HELPFUL_GRID], "relevance_floor": RELEVANCE_FLOOR,
-                "offtopic": {"weight": MISMATCH_WEIGHT, "sample": MISMATCH_SAMPLE},
-                "crossencoder": {**asdict(SETTINGS), "mix_choices": MIX_CHOICES}}
+                "offtopic": {"weight": MISMATCH_WEIGHT, "sample": MISMATCH_SAMPLE}}
     return {**inputs, "answer_max_fpr": ANSWER_MAX_FPR, "served_model": SERVED_MODEL}
 
 
@@ -299,7 +354,6 @@ def main() -> None:
     ap.add_argument("--mismatched", type=Path, default=None, help="off-topic answers (cache --mismatched)")
     ap.add_argument("--request-states", type=Path, default=None, help="labelled requests (cache --requests)")
     ap.add_argument("--alone", type=Path, default=None, help="helpful answers read alone (cache --alone): the pmi block")
-    ap.add_argument("--hh-dir", type=Path, default=None, help="the hh-rlhf test splits: the helpful head's cross-encoder")
     ap.add_argument("--heads", default=",".join(HEADS), help="which heads to retrain; the others are kept as shipped")
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     args = ap.parse_args()
@@ -310,8 +364,6 @@ def main() -> None:
             ("harmless" in heads and args.safety_features is None) or ("request" in heads and args.request_states is None):
         ap.error("the helpful and harmless heads need --features, the harmless head --safety-features, "
                  "the request head --request-states")
-    if "helpful" in heads and None in (args.hh_dir, args.mismatched, args.alone):
-        ap.error("the helpful head needs --hh-dir, --mismatched and --alone (its cross-encoder reads the texts)")
     data, safety, states = _load_npz(args.features), _load_npz(args.safety_features), _load_npz(args.request_states)
     recipe = json.loads((args.out / "recipe.json").read_text()) if (args.out / "recipe.json").is_file() else {}
     kept = [h for h in HEADS if h not in heads]
@@ -326,8 +378,7 @@ def main() -> None:
     hidden = (dim - len(SCALARS)) // 3
     recipe.update(encoder=encoder, recipe_hashes={**recipe.get("recipe_hashes", {}),
                                                  **{h: recipe_hash(h) for h in heads}})
-    _train_heads(heads, data, safety, states, _load_npz(args.mismatched), _load_npz(args.alone), hidden, recipe, args.out,
-                 args.hh_dir)
+    _train_heads(heads, data, safety, states, _load_npz(args.mismatched), _load_npz(args.alone), hidden, recipe, args.out)
     for head in {"helpful", "harmless"} & set(heads):  # which HH features file each head was fitted on
         recipe[head]["features_file"] = fingerprint(args.features)
     recipe.pop("version", None), recipe.pop("recipe_hash", None)
@@ -335,16 +386,13 @@ def main() -> None:
 
 
 def _train_heads(heads: list[str], data: dict | None, safety: dict | None, states: dict | None,
-                 mismatched: dict | None, alone: dict | None, hidden: int, recipe: dict, out: Path,
-                 hh_dir: Path | None) -> None:
+                 mismatched: dict | None, alone: dict | None, hidden: int, recipe: dict, out: Path) -> None:
     meta = {"encoder": recipe["encoder"], "features": asdict(FeatureConfig())}
     if "helpful" in heads:
-        head, recipe["helpful"], _ = train_helpful(data, hidden, mismatched, alone)
-        head.meta.update(meta, version=VERSIONS["helpful"])
+        head, recipe["helpful"], read = train_helpful(data, hidden, mismatched, alone)
+        head.meta.update(meta, version=VERSIONS["helpful"], validated={"hh_helpful_test": recipe["helpful"]["test"]})
         head.save(out / "helpful")
-        recipe["helpful"]["crossencoder"] = attach(hh_dir, data, mismatched, alone, head, out)
-        head.meta["validated"] = {"hh_helpful_test": recipe["helpful"]["crossencoder"]["test"]}
-        head.save(out / "helpful")
+        np.savez(out / "helpful_reference.npz", scores=reference_scores(head, read))
     if "harmless" in heads:
         head, recipe["harmless"] = train_harmless(data, safety, hidden)
         head.meta.update(meta, version=VERSIONS["harmless"],
