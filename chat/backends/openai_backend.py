@@ -187,21 +187,17 @@ class OpenAICompatibleBackend:
     def _create_reloading(self, request: dict, **kwargs):
         """`chat.completions.create`, re-loading a forgotten adapter once (the server was restarted).
         A 400 is left to the caller, which may trim the conversation."""
-        try:
-            return self._client.chat.completions.create(**request, **kwargs)
-        except openai.NotFoundError as exc:
-            if not self.reload_adapter(request["model"]):
+        for reloaded in (False, True):
+            try:
+                return self._client.chat.completions.create(**request, **kwargs)
+            except openai.BadRequestError:
+                raise
+            except openai.NotFoundError as exc:
+                if reloaded or not self.reload_adapter(request["model"]):
+                    raise self._error(exc, request["model"]) from exc
+            except openai.APIError as exc:
                 raise self._error(exc, request["model"]) from exc
-        except openai.BadRequestError:
-            raise
-        except openai.APIError as exc:
-            raise self._error(exc, request["model"]) from exc
-        try:
-            return self._client.chat.completions.create(**request, **kwargs)
-        except openai.BadRequestError:
-            raise
-        except openai.APIError as exc:
-            raise self._error(exc, request["model"]) from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     # ---- errors
 
