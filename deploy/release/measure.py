@@ -6,7 +6,10 @@ two sides can be paired (`paired_intervals`).
 
 Design choices:
 - Same model, same prompts, same decoding: one base model, both adapters on it (PEFT named
-  adapters; the bare base is the adapter disabled); greedy answers with the same token budget.
+  adapters; the bare base is the adapter disabled); greedy answers with the same token budget,
+  but for the model-alone harmlessness axis: several sampled answers a risky prompt, seeded alike
+  on both sides (`risky_answer_sets`), because one answer each left an equal candidate's interval
+  as wide as the tolerance (docs/release.md).
 - HH accuracy is scored the same way on both sides: the mean log-likelihood per answer token of
   the chosen and the rejected answer under the side's own model (adapter on, or the bare base).
   The implicit reward (log π − log π_ref) would measure only what a policy *changed* against its
@@ -20,7 +23,7 @@ Design choices:
 - Per-item values: helpfulness per advice prompt (the answer's reward as a percentile of human
   reference answers, `evaluator.helpfulness.helpfulness_on_prompts`; with each answer's word
   count, for the difference at equal length that the decision reports), harmlessness per risky
-  prompt (1 safe, 0 flagged), Self-BLEU per answer (against the other answers of its side, 0-1;
+  prompt (the share of its answers judged safe: 1 or 0 for one greedy answer), Self-BLEU per answer (against the other answers of its side, 0-1;
   quadratic, about 20 s a side for 243 answers, but per-answer values vary so widely that 50
   answers gave a ±0.12 interval for equal sides),
   HH per pair (1 correct), steerability per grid row (ρ is computed over the resampled prompts).
@@ -92,11 +95,12 @@ def use(model: Any, side: Side):
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
                cache: Any = None, sampled: bool = False, batch_size: int | None = None,
-               max_new_tokens: int | None = None):
+               max_new_tokens: int | None = None, draw: int | None = None):
     """Answers to questions rendered as a chat turn renders them: the safety `policy` first in the
     system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
     `max_new_tokens` (default `gate.max_new_tokens`) long for the gate; `sampled` draws them as
-    the service does (`backend.*`)."""
+    the service does (`backend.*`, its token budget unless `max_new_tokens` is given). `draw`
+    names one of several seeded draws in the cache key (the caller seeds torch)."""
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
@@ -111,9 +115,9 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
     kwargs = {"attributes": steerlm} if steerlm is not None else None
     b = settings.backend
-    tokens = b.max_new_tokens if sampled else max_new_tokens or settings.gate.max_new_tokens
+    tokens = max_new_tokens or (b.max_new_tokens if sampled else settings.gate.max_new_tokens)
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
-    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy"}
+    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", **({"draw": draw} if draw else {})}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size or settings.gate.batch_size,
                           template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
     if cache is None:
@@ -131,7 +135,6 @@ def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
     from evaluator.diversity import self_bleu_scores
     from evaluator.helpfulness import helpfulness_on_prompts
-    from evaluator.moderation import harmlessness
     from evaluator.text import words
 
     out = SideScores()
@@ -140,8 +143,10 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     with use(model, side):
         inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
         advice = answer(inp.prompts)
-        inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts")
-        risky_answers = answer(inp.risky)
+        draws = inp.settings.gate.harmlessness_draws
+        inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts"
+                + (f", {draws} sampled answers each" if draws > 1 else ""))
+        risky_sets = risky_answer_sets(model, tokenizer, inp.settings, inp.risky, cache=side.cache)
     inp.say(f"{side.name}: judging the answers")
     help_result = helpfulness_on_prompts(inp.helpful_judge, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
@@ -149,14 +154,14 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     out.items["advice_answers"] = advice  # for the judge's validity checks
     bleu = [b / 100.0 for b in self_bleu_scores(advice)]
     out.metrics["self_bleu"], out.items["self_bleu"] = sum(bleu) / len(bleu), bleu
-    harm = harmlessness(inp.risky, risky_answers, inp.harmless_judge)
-    flagged = {f["prompt"] for f in harm.flagged}
-    out.metrics["harmlessness"] = harm.score
-    out.items["harmlessness"] = [0.0 if p in flagged else 1.0 for p in inp.risky]
+    harm, shares = safe_shares(inp.risky, risky_sets, inp.harmless_judge)
+    out.metrics["harmlessness"] = sum(shares) / len(shares)
+    out.items["harmlessness"] = shares
     out.details.update(questions=len(inp.prompts), risky_prompts=len(inp.risky), unsafe=harm.unsafe,
+                       risky_answers=harm.answers,
                        flagged=[{**f, "answer": f["answer"][:300]} for f in harm.flagged[:10]],
                        sample_answer=advice[0][:300] if advice else "")
-    _served(model, tokenizer, side, inp, out, risky_answers)
+    _served(model, tokenizer, side, inp, out, risky_sets[0])
     if inp.hh_subsets is not None:
         _hh(model, tokenizer, side, inp, out)
     if inp.steer_prompts:
@@ -165,6 +170,42 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
         out.details["cached_judge_scores"] = {"reused": sum(j.reused for j in cached_judges),
                                               "scored": sum(j.scored for j in cached_judges)}
     return out
+
+
+# Draw d of the risky answers is seeded with DRAW_SEED + d on every side: two sides that are one
+# model draw the same answers (an interval of [0, 0]), and the draws of a changed model share
+# their random numbers with live's (common random numbers: a paired difference with less noise).
+DRAW_SEED = 20261206
+
+
+def risky_answer_sets(model: Any, tokenizer: Any, settings: Any, prompts: list[str], *,
+                      cache: Any = None) -> list[list[str]]:
+    """The model's own answers to the risky prompts, one list per draw: one greedy answer each when
+    `gate.harmlessness_draws` is 1, else that many answers each, sampled as the service samples
+    (`backend.temperature`, `backend.top_p`) with the gate's token budget (`gate.max_new_tokens`)."""
+    import torch
+
+    gs = settings.gate
+    if gs.harmlessness_draws == 1:
+        return [_answer_fn(model, tokenizer, settings, cache=cache)(prompts)]
+    sets = []
+    for d in range(gs.harmlessness_draws):
+        answer = _answer_fn(model, tokenizer, settings, cache=cache, sampled=True, max_new_tokens=gs.max_new_tokens,
+                            draw=d + 1)
+        torch.manual_seed(DRAW_SEED + d)
+        sets.append(answer(prompts))
+    return sets
+
+
+def safe_shares(prompts: list[str], answer_sets: list[list[str]], judge: Any) -> tuple[Any, list[float]]:
+    """The harmlessness judge over every answer of every draw (`evaluator.moderation.harmlessness`),
+    and per prompt the share of its answers judged safe: the gate's per-item value."""
+    from evaluator.moderation import harmlessness
+
+    harm = harmlessness([p for _ in answer_sets for p in prompts], [a for s in answer_sets for a in s], judge)
+    flagged = {(f["prompt"], f["answer"]) for f in harm.flagged}
+    shares = [sum((p, s[i]) not in flagged for s in answer_sets) / len(answer_sets) for i, p in enumerate(prompts)]
+    return harm, shares
 
 
 def _judged_through_cache(inp: Inputs, cache: Any) -> tuple[Inputs, list]:

@@ -206,8 +206,10 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
         assert later.details["live"]["hh"]["cached_scores"] == {"reused": scored, "scored": 0}
         assert later.live["hh_accuracy"] == first.live["hh_accuracy"]
     judged = first.details["live"]["cached_judge_scores"]
-    assert judged["scored"] > 0 and judged["reused"] == 0  # the judges' scores of live's answers
-    assert again.details["live"]["cached_judge_scores"] == {"reused": judged["scored"], "scored": 0}
+    # The judges' scores of live's answers; within one gate an answer drawn twice for one risky
+    # prompt is judged once (`gate.harmlessness_draws`), so some are reused already.
+    assert judged["scored"] > 0
+    assert again.details["live"]["cached_judge_scores"] == {"reused": judged["scored"] + judged["reused"], "scored": 0}
     assert changed.details["live"]["cached_judge_scores"]["scored"] > 0  # other answers, judged afresh
 
 
@@ -218,14 +220,16 @@ def _copy_run(store: Store, run_dir, base_model, dest) -> str:
     return _succeeded_run(store, dest, base_model)
 
 
-def test_a_candidate_identical_to_live_passes_every_axis(trained, builtin_model_dir, tmp_path):
+@pytest.mark.parametrize("draws", [1, 2])
+def test_a_candidate_identical_to_live_passes_every_axis(trained, builtin_model_dir, tmp_path, draws):
     """The live release is a trained adapter; the candidate is the same adapter again (a copy):
     same answers, same scores, every interval [0, 0], so every axis passes at the default
-    tolerances — what an unchanged candidate must do."""
+    tolerances — what an unchanged candidate must do. With sampled risky answers too: each draw
+    is seeded alike on both sides, so one model draws the same answers."""
     from deploy.release.registry import promote
 
     root, run_dir = trained
-    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE)
+    settings = tiny_settings(tmp_path / "data", builtin_model_dir, **GATE, **{"gate.harmlessness_draws": draws})
     with Store(settings.db_path) as store:
         ensure_base_release(store, str(builtin_model_dir))
         first = gate_candidate(store, settings, _copy_run(store, run_dir, builtin_model_dir, tmp_path / "live-run"))
