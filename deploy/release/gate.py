@@ -19,8 +19,9 @@ the floor: a floor protects users, and they meet the served system). A model tha
 less safe fails the first even when the guard hides it; the second says what users would see.
 That is a non-inferiority test: the candidate passes when the data rule out (at the 2.5 % level,
 one-sided) that it is worse than live by more than the tolerance. An unchanged candidate gives
-the same answers (greedy decoding, same weights), so its interval is [0, 0] and it passes every
-axis whatever the tolerance; a changed one must show that it is not worse by more than t.
+the same answers (greedy decoding or identically seeded draws, same weights), so its interval is
+[0, 0] and it passes every axis whatever the tolerance; a changed one must show that it is not
+worse by more than t.
 A rule on the point difference alone would pass a candidate that is worse by a little less than
 t on 12 prompts and reject one that is equal on 400; the interval makes the sample size count.
 

@@ -172,9 +172,10 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     return out
 
 
-# Draw d of the risky answers is seeded with DRAW_SEED + d on every side: two sides that are one
-# model draw the same answers (an interval of [0, 0]), and the draws of a changed model share
-# their random numbers with live's (common random numbers: a paired difference with less noise).
+# Draw d of the risky answers is seeded with DRAW_SEED + d on every side: one model on the same
+# prompts, batch size and machine draws the same answers (an interval of [0, 0]), and a changed
+# model starts from live's random numbers. A live side cached under another prompt set, or a chat
+# sampled in this process meanwhile (torch's one generator), breaks that, not the interval.
 DRAW_SEED = 20261206
 
 
