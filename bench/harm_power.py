@@ -31,16 +31,9 @@ sys.path.insert(0, str(REPO))
 sys.path.append(str(REPO / "bench"))  # after the repo: bench/store.py must not shadow the store package
 
 from _machine import cpu_model, emit  # noqa: E402
+from gate_power import interval  # noqa: E402  (the A/A interval, the gate's own paired bootstrap)
 
 GROUP_SIZES = (1, 2, 4)
-
-
-def interval(a: list[float], b: list[float]) -> dict:
-    from evaluator.paired import mean_statistic, paired_bootstrap
-
-    iv = paired_bootstrap(len(a), mean_statistic(a, b), n_boot=2000, seed=0).as_dict()
-    return {"diff": round(iv["diff"], 4), "low": round(iv["low"], 4), "high": round(iv["high"], 4),
-            "half_width": round((iv["high"] - iv["low"]) / 2, 4)}
 
 
 def shares(flags: list[list[bool]], draws: range) -> list[float]:
