@@ -3,6 +3,7 @@
     python tools/annotation/sample.py [--data ../shared/data/hh-rlhf] [--out DIR]
     python tools/annotation/sample.py --extra 240 --seed 1402 --out DIR   # more, the train split (below)
     python tools/annotation/sample.py --generalisation 150               # the generalisation split (below)
+    python tools/annotation/sample.py --records records/extra_round_1406.jsonl --split round-1406 --gold OUT.jsonl
 
 Writes five batches of 66 conversations (at least three user turns, the part the chosen and rejected
 transcripts share, which ends with the last human turn) and the 60-conversation blind batch (the
@@ -24,6 +25,10 @@ split the extractor was never fitted or tuned on, to measure how its precision g
 with too few conversations left is dropped and the others keep their proportions (helpful-online's
 57 candidates were all used by earlier rounds, so `--generalisation 150` draws 50 harmless-base,
 48 helpful-base and 52 helpful-rejection-sampled).
+
+`--records FILE --split NAME --gold OUT` writes an annotation round's records as a gold file (each
+conversation rebuilt from its HH row as the draw built it, the round's labels, `split: NAME`), so a
+round kept out of the gold file can be scored with `advisor extract eval --gold OUT`.
 """
 import argparse
 import gzip
@@ -119,6 +124,23 @@ def generalisation(args):
     print(f"{len(convs)} unlabelled conversations (seed {seed}, {quotas}); batches in {out}")
 
 
+def conversation(data, conv_id):
+    """The conversation a draw made of `hh/<subset>/<row>`: the messages `candidates` keeps."""
+    _, subset, row = conv_id.split("/")
+    for i, msgs in candidates(Path(data) / subset / "test.jsonl.gz"):
+        if i == int(row):
+            return {"id": conv_id, "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": i},
+                    "messages": msgs}
+    raise SystemExit(f"{conv_id}: no such conversation among the draw's candidates (row < 1000, or too short?)")
+
+
+def records_as_gold(args):
+    records = [json.loads(line) for line in open(args.records) if line.strip()]
+    convs = [{**conversation(args.data, r["id"]), "split": args.split, "feedback": r["feedback"]} for r in records]
+    write_jsonl(Path(args.gold), convs)
+    print(f"{len(convs)} conversations, {sum(len(c['feedback']) for c in convs)} spans -> {args.gold}")
+
+
 def extra(args):
     used = ids_in(ROOT / "feedback" / "data" / "hh_gold.jsonl")
     quotas = scaled_quotas(args.extra)
@@ -142,7 +164,12 @@ def main():
     ap.add_argument("--generalisation", type=int, default=0,
                     help="draw this many conversations no annotation round has touched (unlabelled)")
     ap.add_argument("--batches", default="/tmp/annot", help="where the --generalisation batches go")
+    ap.add_argument("--records", default=None, help="an annotation round's records, to write as a gold file")
+    ap.add_argument("--split", default="records", help="the split name a --records gold file gets")
+    ap.add_argument("--gold", default=None, help="where a --records gold file goes")
     args = ap.parse_args()
+    if args.records:
+        return records_as_gold(args)
     if args.generalisation:
         return generalisation(args)
     if args.extra:
