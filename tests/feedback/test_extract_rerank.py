@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from feedback.extract import FastConfig, FastExtractor, Window, load_gold, predict
 from feedback.extract.classifier import SentenceClassifier
 from feedback.extract.gold import SHIPPED_GOLD
-from feedback.extract.rerank import CONFIG_NAME, Reranker, RerankSettings, log_softmax, pair
+from feedback.extract.rerank import CONFIG_NAME, DELTA_NAME, Reranker, RerankSettings, fidelity, log_softmax, pack, pair
 from feedback.extract.train_classifier import examples
 from feedback.extract.train_rerank import train
 
@@ -164,3 +164,18 @@ def test_service_settings_load_the_reranker_once(tmp_path, tiny):
     assert isinstance(extraction_reranker(settings(**{"extraction.reranker": str(tiny)})), Reranker)
     with pytest.raises(SettingsError, match="build-reranker"):
         extraction_reranker(settings(**{"extraction.reranker": str(tmp_path / "nowhere")}))
+
+
+def test_packed_reranker_is_small_and_decides_as_the_full_one(tiny, tmp_path, conversations):
+    """Packed at full rank (384) the difference is exact up to float16; at a low rank it is an
+    approximation that must still load on the base and name its rank in its version."""
+    reader = FastExtractor(FastConfig.tuned().rules_only(), use_embeddings=False)
+    pairs = [pair(e.window, e.sentence) for e in examples(conversations, reader)]
+    full = Reranker(tiny)
+    exact = pack(tiny, tmp_path / "r384", rank=384)
+    assert exact["version"] == full.version + "-r384" and exact["packed"]["from"] == full.version
+    report = fidelity(Reranker(tmp_path / "r384"), full, pairs)
+    assert report["same_class"] == 1.0 and report["max_abs_log_prob_diff"] < 0.05
+    pack(tiny, tmp_path / "r8", rank=8)
+    assert (tmp_path / "r8" / DELTA_NAME).stat().st_size < 0.05 * (tiny / "model.safetensors").stat().st_size
+    assert Reranker(tmp_path / "r8").version.endswith("-r8")
