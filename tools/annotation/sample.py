@@ -124,19 +124,18 @@ def generalisation(args):
     print(f"{len(convs)} unlabelled conversations (seed {seed}, {quotas}); batches in {out}")
 
 
-def conversation(data, conv_id):
-    """The conversation a draw made of `hh/<subset>/<row>`: the messages `candidates` keeps."""
-    _, subset, row = conv_id.split("/")
-    for i, msgs in candidates(Path(data) / subset / "test.jsonl.gz"):
-        if i == int(row):
-            return {"id": conv_id, "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": i},
-                    "messages": msgs}
-    raise SystemExit(f"{conv_id}: no such conversation among the draw's candidates (row < 1000, or too short?)")
-
-
 def records_as_gold(args):
+    """Each record's conversation rebuilt as the draw built it (each subset's file read once)."""
     records = [json.loads(line) for line in open(args.records) if line.strip()]
-    convs = [{**conversation(args.data, r["id"]), "split": args.split, "feedback": r["feedback"]} for r in records]
+    subsets = {r["id"].split("/")[1] for r in records}
+    rows = {s: dict(candidates(Path(args.data) / s / "test.jsonl.gz")) for s in subsets}
+    convs = []
+    for r in records:
+        _, subset, row = r["id"].split("/")
+        if int(row) not in rows[subset]:
+            raise SystemExit(f"{r['id']}: no such conversation among the draw's candidates (row < 1000, or too short?)")
+        convs.append({"id": r["id"], "source": {"dataset": "Anthropic/hh-rlhf", "subset": subset, "row": int(row)},
+                      "messages": rows[subset][int(row)], "split": args.split, "feedback": r["feedback"]})
     write_jsonl(Path(args.gold), convs)
     print(f"{len(convs)} conversations, {sum(len(c['feedback']) for c in convs)} spans -> {args.gold}")
 
