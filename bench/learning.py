@@ -4,6 +4,7 @@ short (or long) answers, one KTO or DPO run with LoRA, and what it changed on pr
     .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
         [--prefer short|long] [--method kto|dpo] [--rate regenerate=0.6 ...]
         [--users 16] [--turns 5] [--train-steps 30] [--max-tokens 128] [--relative] [--kto-attributes asked|has]
+        [--safety-anchors 0.25]
         [--gate] [--out bench/results/learning-smollm2.json]
 
 Steps, each timed:
@@ -21,7 +22,8 @@ Steps, each timed:
    service's REST API, move the verbosity slider at random, and react; the service's extraction
    job mines their reactions.
 5. vLLM is stopped (two cores: training gets both), the KTO or DPO set is built with the
-   moderator as the safety filter and a LoRA is trained on it (`launch_training`, steering
+   moderator as the safety filter (and, with `--safety-anchors`, labelled answers to risky
+   requests mixed in, `feedback.datasets.anchors`) and a LoRA is trained on it (`launch_training`, steering
    "instruct", so each prompt reads as the model saw it). DPO's pairs are the siblings a user
    regenerated and kept, and rephrases: `--rate regenerate=0.6` makes users regenerate more.
 6. vLLM again, the adapter loaded at run time: the candidate answers the held-out questions at
@@ -166,7 +168,8 @@ def simulate_users(args, url: str, served: str, data: Path, length_words: int,
     from deploy.cli.simulate import parse_rates
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
-    settings = served_settings(data, Path(args.model_dir), url, served, args.max_tokens, **{"canary.enabled": False})
+    settings = served_settings(data, Path(args.model_dir), url, served, args.max_tokens, **{
+        "canary.enabled": False, "schedule.safety_anchors": args.safety_anchors})
     service = start_service(settings)
     try:
         summary = simulate(SimulationConfig(
@@ -183,7 +186,7 @@ def train(args, settings, data: Path):
     """The KTO or DPO set (moderator as safety filter) and a LoRA run on it, as `advisor train` does."""
     from conftest import cache_dir
 
-    from deploy.loop.safety import make_safety_filter
+    from deploy.loop.safety import make_safety_filter, safety_anchors
     from deploy.release.judges import moderator_dir
     from feedback.datasets import read_card
     from store import Store
@@ -199,7 +202,8 @@ def train(args, settings, data: Path):
         run = launch_training(store, LaunchRequest(method=args.method, runs_dir=data / "runs", base_model=str(args.model_dir),
                                             overrides=overrides, safety_filter=make_safety_filter(settings, True),
                                             eval_fraction=0.0, trigger="bench", steering="instruct",
-                                            kto_attributes=args.kto_attributes))
+                                            kto_attributes=args.kto_attributes,
+                                            anchors=safety_anchors(settings, args.method)))
         if run.status != "running":
             raise SystemExit(f"training did not start: {run.error}")
         wait_for(run.run_dir, timeout=4 * 3600)
@@ -210,6 +214,7 @@ def train(args, settings, data: Path):
     return status, {"method": args.method, "rows": card.n_train, "kto_attributes": card.kto_attributes,
                     "labeller": card.labeller, "relabelled": card.relabelled, "labels": card.labels,
                     "removed_by_filter": card.removed_by_filter, "counts_by_source": card.counts_by_source,
+                    "safety_anchors": {"share": args.safety_anchors, "from": card.anchors},
                     "steps": args.train_steps,
                     "final_loss": status.state.loss, "overrides": overrides}
 
@@ -250,6 +255,8 @@ def main() -> None:
                     help="KTO rows under the slider values asked for, or liked answers under those their text has")
     ap.add_argument("--relative", action="store_true",
                     help="users whose short/long threshold is the base model's length at the slider position they chose")
+    ap.add_argument("--safety-anchors", type=float, default=0.0,
+                    help="labelled answers to risky requests mixed into a KTO set, per user row (0 = none)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     run(args)

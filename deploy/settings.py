@@ -125,12 +125,11 @@ class ScheduleSettings:
     # The periodic job starts a run only after this many new ratings, mined feedback events and
     # sibling choices since the last run (fewer would mostly re-fit the same data).
     min_new_feedback: int = pydantic.Field(default=50, ge=1)
-    # Cap on optimizer steps per scheduled/operator run (0 = the method's own schedule); small
-    # values keep demos and tests short.
+    # Cap on optimizer steps per scheduled/operator run (0 = the method's own; small for demos, tests).
     train_max_steps: int = pydantic.Field(default=0, ge=0)
-    # The training-set safety filter (the harmlessness moderator) in cycles; off only to
-    # demonstrate that the gate catches what the filter would have removed.
-    safety_filter: bool = True
+    safety_filter: bool = True  # the training-set safety filter; off only to show the gate catches the rest
+    # Labelled answers to risky requests mixed into KTO sets, per user row (0 = none; docs/learning.md).
+    safety_anchors: float = pydantic.Field(default=0.0, ge=0, le=1)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from feedback.datasets import DatasetCard, SafetyFilter, build_dataset, copy_dataset
+from feedback.datasets.anchors import SafetyAnchors
 from feedback.datasets.build import Redactor
 from feedback.labeller import Labeller
 from store import Store, TrainingRun
@@ -177,6 +178,7 @@ class LaunchRequest:
     redactor: Redactor | None = None
     steering: SteeringMode = SteeringMode.STEERLM  # how the base model saw the attributes (`RunConfig.steering`)
     kto_attributes: str = "asked"  # a KTO set's row attributes (`build_dataset`); other methods and `dataset_dir` ignore it
+    anchors: SafetyAnchors | None = None  # labelled risky answers mixed into a KTO set (`build_dataset`); None: none
 
 
 def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
@@ -205,7 +207,8 @@ def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:
             copy_dataset(r.dataset_dir, run_dir, method) if r.dataset_dir is not None
             else build_dataset(store, method, run_dir, safety_filter=r.safety_filter, labeller=r.labeller,
                                eval_fraction=r.eval_fraction, consent_default=r.consent_default,
-                               redactor=r.redactor, kto_attributes=r.kto_attributes))
+                               redactor=r.redactor, kto_attributes=r.kto_attributes,
+                               anchors=r.anchors if method == "kto" else None))
         store.jobs.create_training_run(
             run_id=run_id, method=method, run_dir=str(run_dir), base_model=base_model, job_id=job.id,
             parent_release_id=r.parent_release_id, data_hash=card.rows_sha256, config=config.to_dict(),

@@ -29,7 +29,7 @@ from deploy.audit import audited, cli_actor
 from deploy.cli.common import open_store, settings_of
 from deploy.cli.options import with_options
 from deploy.loop.privacy import training_data_rules
-from deploy.loop.safety import make_safety_filter
+from deploy.loop.safety import make_safety_filter, safety_anchors
 from deploy.loop.training import launch_request, training_base_model
 from deploy.settings import Settings
 from feedback.datasets import DatasetError, build_dataset
@@ -78,7 +78,8 @@ def dataset_build(
     with open_store(settings) as store:
         try:
             card = build_dataset(store, kind.value, out, safety_filter=make_safety_filter(settings, not no_safety_filter),
-                                 eval_fraction=eval_fraction, **training_data_rules(settings))
+                                 eval_fraction=eval_fraction, **training_data_rules(settings),
+                                 anchors=safety_anchors(settings, kind.value))
         except DatasetError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None

@@ -43,7 +43,7 @@ from typing import Any
 
 from deploy.loop.privacy import training_data_rules
 from deploy.loop.report import report_dir, write_report
-from deploy.loop.safety import make_safety_filter
+from deploy.loop.safety import make_safety_filter, safety_anchors
 from deploy.loop.training import follow_training, run_outcome, start_training
 from deploy.release import registry
 from deploy.release.canary import start_canary
@@ -186,7 +186,8 @@ class _Cycle:
 
     def dataset(self, job_id: str) -> dict[str, Any]:
         card = build_dataset(self.store, self.config.method, self.out / "dataset", safety_filter=self.filter,
-                             eval_fraction=self.config.eval_fraction, **training_data_rules(self.settings))
+                             eval_fraction=self.config.eval_fraction, **training_data_rules(self.settings),
+                             anchors=safety_anchors(self.settings, self.config.method))
         self.result.dataset = card.to_json()
         if card.n_train == 0:
             raise RuntimeError(

@@ -11,6 +11,10 @@ little, training on an unsafe one costs a release. Switched off, it is
 `feedback.datasets.AcceptEverythingFilter`, whose name says on the dataset card that nothing was
 moderated.
 
+`safety_anchors(share)` is the other side of the same concern: labelled answers to risky requests
+mixed into a KTO set (`feedback.datasets.anchors`), so training on users' taste does not wear
+away the model's own safety, which the gate holds to non-inferiority.
+
 Design choices:
 - It lives in `deploy`, the composition root: `feedback` defines the `SafetyFilter` protocol and
   may not import `evaluator`, `evaluator` may not import `feedback`; this module joins the two.
@@ -33,6 +37,8 @@ from typing import Any
 
 from deploy.release.judges import judge_threshold, load_judges, load_moderator, moderator_dir
 from feedback.datasets import AcceptEverythingFilter, SafetyFilter
+from feedback.datasets.anchors import Anchor, SafetyAnchors
+from store.attributes import Attributes
 
 
 @dataclass(frozen=True)
@@ -104,3 +110,24 @@ def make_safety_filter(settings: Any, enabled: bool = True,
     # The judge's own cut (5 % of all safe answers to harmless requests flagged, in cross-validation),
     # not the guard's stricter-on-false-positives one: dropping a safe example costs little.
     return JudgeSafetyFilter(moderator, lambda: load_judges(settings)[1], judge_threshold())
+
+
+def anchor_pool() -> list[Anchor]:
+    """The served model's own answers to real risky requests from the labelled safety set, as
+    careful reading marked them: greedy without a system prompt, and as served under the safety
+    policy (trained on without it, so the policy's effect is learnt by the model alone). The set's
+    fitting split only: its held-out third measures the judges, and the gate's requests are not
+    in the set."""
+    from evaluator.judges.safety import SERVED, load_safety_set
+
+    return [Anchor(i.id, i.request, i.answer, safe=not i.answer_unsafe) for i in load_safety_set()
+            if i.kind == "risky" and i.model in ("smollm2", SERVED) and i.split == "train"]
+
+
+def safety_anchors(settings: Any, method: str) -> SafetyAnchors | None:
+    """The anchors a `method` set takes by the settings (`schedule.safety_anchors` per user row,
+    under the chat's default sliders); None unless the set is KTO and the share above 0."""
+    share = settings.schedule.safety_anchors
+    if method != "kto" or share <= 0:
+        return None
+    return SafetyAnchors(anchor_pool(), share, Attributes().steerlm())

@@ -96,17 +96,19 @@ def launch_request(
     """(the launch of a `method` run on `base_model` as the settings say, a note for the operator).
     It continues from the live release's adapter (`start_point`), renders prompts in the served
     steering mode, and keeps the settings' people's-data rules. Without `safety_filter`, the set is
-    filtered as `schedule.safety_filter` says (the moderator by default). `overrides` are RunConfig
+    filtered as `schedule.safety_filter` says (the moderator by default); a KTO set takes
+    `schedule.safety_anchors` anchors per user row. `overrides` are RunConfig
     fields (the CLI's and the admin API's training knobs)."""
-    if safety_filter is None:
-        from deploy.loop.safety import make_safety_filter
+    from deploy.loop.safety import make_safety_filter, safety_anchors
 
+    if safety_filter is None:
         safety_filter = make_safety_filter(settings, settings.schedule.safety_filter)
     adapter, parent, note = start_point(store, base_model, from_base)
     request = LaunchRequest(
         method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
         parent_release_id=parent, trigger=trigger, overrides=dict(overrides or {}), safety_filter=safety_filter,
         eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir, steering=settings.steering_mode,
+        anchors=safety_anchors(settings, method),
         **training_data_rules(settings),
     )
     return request, note

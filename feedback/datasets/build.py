@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from feedback.datasets.anchors import ANCHOR_SOURCE, SafetyAnchors, draw
 from feedback.datasets.candidates import (
     Candidate,
     apply_filter,
@@ -104,6 +105,7 @@ def build_dataset(
     consent_default: bool = True,
     redactor: Redactor | None = None,
     kto_attributes: str = "asked",
+    anchors: SafetyAnchors | None = None,
 ) -> DatasetCard:
     """Build one training set from `store` (a `store.Store`) into `out_dir`.
 
@@ -114,12 +116,16 @@ def build_dataset(
     "has" gives desirable answers the verbosity and complexity their text has
     (`candidates.relabel_desirable`), read by `labeller` or, without one, by the heuristic
     labeller calibrated to the lengths of the answers in the set's conversations.
+    `anchors` (KTO only): labelled answers to risky requests added to the train split,
+    `anchors.share` per user train row (`feedback.datasets.anchors`).
     """
     if kind not in KINDS:
         raise DatasetError(f"unknown dataset kind {kind!r}; choose one of {', '.join(KINDS)}")
     if kto_attributes not in KTO_ATTRIBUTES:
         raise DatasetError(f"unknown kto_attributes {kto_attributes!r}; choose one of {', '.join(KTO_ATTRIBUTES)}")
     relabel = kind == "kto" and kto_attributes == "has"
+    if anchors is not None and kind != "kto":
+        raise DatasetError(f"safety anchors are KTO rows; a {kind} set cannot take them (leave them off)")
     if not 0.0 <= eval_fraction < 1.0:
         raise DatasetError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
     safety_filter = safety_filter or AcceptEverythingFilter()
@@ -144,6 +150,7 @@ def build_dataset(
     redacted = redact_rows(rows, redactor)
     train = [r for r in rows if split_of(r["conversation_id"], eval_fraction) == "train"]
     evals = [r for r in rows if split_of(r["conversation_id"], eval_fraction) == "eval"]
+    train += draw(anchors, len(train)) if anchors is not None else []
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +163,8 @@ def build_dataset(
         card.labeller = labeller.name if relabel else None
     card.redaction = {"redactor": getattr(redactor, "name", type(redactor).__name__) if redactor else
                       "none (personal data not redacted)", "replaced": redacted}
-    card.users = sorted({r["user_id"] for r in train + evals})
+    card.users = sorted({r["user_id"] for r in train + evals if r["source"] != ANCHOR_SOURCE})
+    card.anchors = anchors.name if anchors is not None else None
     card.extractor_versions = extractor_versions(store, conversations=sorted({r["conversation_id"] for r in rows}))
     (out_dir / CARD_JSON).write_text(json.dumps(card.to_json(), indent=2) + "\n")
     (out_dir / CARD_MD).write_text(card.markdown())

@@ -122,6 +122,9 @@ class DatasetCard:
     # Mined feedback events in the rows' conversations, by "<extractor> <version>": which extractor
     # version's reading the labels rest on (its estimated precision: the operator's review panel).
     extractor_versions: dict[str, int] = field(default_factory=dict)
+    # KTO: where the safety anchors came from (`feedback.datasets.anchors`; their count is
+    # counts_by_source["safety_anchor"]); None: no anchors.
+    anchors: str | None = None
 
     @property
     def n_rows(self) -> int:
@@ -160,6 +163,9 @@ class DatasetCard:
             lines.append("- KTO rows train under the attributes " + (
                 f"a liked answer's text has (desirable train rows relabelled: {self.relabelled})"
                 if self.kto_attributes == "has" else "the answer was asked for"))
+        if self.anchors:
+            lines.append(f"- safety anchors (labelled answers to risky requests, train split only): "
+                         f"{self.counts_by_source.get('safety_anchor', 0)} from the {self.anchors}")
         if self.labels:
             lines.append("- labels (train): " + ", ".join(f"{k} {v}" for k, v in self.labels.items()))
         if self.class_weights:

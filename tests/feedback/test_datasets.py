@@ -354,3 +354,49 @@ def test_kto_has_drops_a_liked_answer_that_relabelled_contradicts_a_disliked_one
     card, has = _kto(tmp_path, store, "has", kto_attributes="has")
     assert len(asked) == 2 and "conflicting_labels" not in asked_card.dropped
     assert has == {} and card.dropped["conflicting_labels"] == 2 and card.relabelled == 0
+
+
+def test_kto_safety_anchors_join_the_train_split_balanced_labelled_and_userless(store, populated, tmp_path):
+    from feedback.datasets.anchors import ANCHOR_SOURCE, Anchor, SafetyAnchors
+
+    # The filter flags "UNSAFE" in a user's liked answer; an anchor was labelled by a person and is kept.
+    pool = [Anchor(f"s{i}", f"how do I hurt {i}?", f"UNSAFE-looking answer {i}", safe=i % 3 != 0) for i in range(30)]
+    anchors = SafetyAnchors(pool, share=0.8, attributes=Attributes().steerlm(), name="test pool")
+    card = build_dataset(store, "kto", tmp_path, safety_filter=FlagWord("UNSAFE"), eval_fraction=0.0,
+                         anchors=anchors)
+    rows = _rows(tmp_path / "train.parquet")
+    anchored = [r for r in rows if r["source"] == ANCHOR_SOURCE]
+    users = [r for r in rows if r["source"] != ANCHOR_SOURCE]
+    assert len(users) == 5 and len(anchored) == 4  # round(0.8 × 5)
+    assert sorted(r["label"] for r in anchored) == [False, False, True, True]
+    by_id = {a.id: a for a in pool}
+    for r in anchored:
+        a = by_id[r["message_id"]]
+        assert r["label"] == a.safe and r["user_id"] is None
+        assert _text(r["prompt"]) == [("user", a.request)] and r["completion"][0]["content"] == a.answer
+        assert r["chat_template_kwargs"] == {"attributes": Attributes().steerlm()}
+    assert card.counts_by_source[ANCHOR_SOURCE] == 4 and card.anchors == "test pool"
+    assert card.labels == {"desirable": 3 + 2, "undesirable": 2 + 2}
+    assert None not in card.users and len(card.users) >= 1
+    assert "safety anchors" in (tmp_path / CARD_MD).read_text()
+    again = build_dataset(store, "kto", tmp_path / "again", safety_filter=FlagWord("UNSAFE"), eval_fraction=0.0,
+                          anchors=anchors)
+    assert again.rows_sha256 == card.rows_sha256  # the draw is seeded
+    with pytest.raises(DatasetError, match="KTO rows"):
+        build_dataset(store, "dpo", tmp_path / "dpo", anchors=anchors)
+
+
+def test_safety_anchors_come_from_the_served_models_labelled_answers_outside_the_held_out_third():
+    from types import SimpleNamespace
+
+    from deploy.loop.safety import anchor_pool, safety_anchors
+    from evaluator.judges.safety import load_safety_set
+
+    held_out = {i.id for i in load_safety_set() if i.split == "held_out"}
+    pool = anchor_pool()
+    assert len(pool) > 300 and not held_out & {a.id for a in pool}
+    assert {a.safe for a in pool} == {True, False}
+    on = SimpleNamespace(schedule=SimpleNamespace(safety_anchors=0.25))
+    assert safety_anchors(on, "kto").share == 0.25
+    assert safety_anchors(on, "dpo") is None
+    assert safety_anchors(SimpleNamespace(schedule=SimpleNamespace(safety_anchors=0.0)), "kto") is None
