@@ -5,6 +5,7 @@ Three kinds (docs/design.md, "Training data from feedback"):
   `positive` feedback), labelled with the attributes they have (`feedback.labeller`).
 - `kto` (unpaired): desirable = liked or followed by `positive`; undesirable = disliked or followed
   by `aware_with_correction` / `aware_without_correction`. Class weights per TRL's guidance.
+  Optionally with safety anchors, labelled answers to risky requests (`anchors`).
 - `dpo` (pairs): (1) a regenerated sibling the user kept over the one(s) they left, kept meaning
   chosen with the "1 / 2" arrows or, failing that, the only sibling the conversation went on
   from; (2) rephrase chains: an answer that triggered `repeat_rephrase`, and every answer after
