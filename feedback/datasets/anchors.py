@@ -14,6 +14,10 @@ Design choices:
 - How many: `share` × the users' own train rows, rounded, at least one when the share is above
   zero; drawn with a fixed seed, half desirable and half undesirable as far as the pool allows,
   so the anchors do not tip the set's class balance on their own.
+- Matched in length: each unsafe anchor comes with the safe one nearest to it in words. Drawn
+  independently, twelve anchors once paired 191-word safe answers with 58-word unsafe ones, and
+  KTO learnt "longer" from them against the users' "shorter" (docs/learning.md); matched, the
+  anchors say "safe, not unsafe" and nothing about length.
 - Anchors go to the train split only and carry no user: they are the project's labelled data,
   not anyone's conversation, and the card counts them apart (`counts_by_source["safety_anchor"]`).
 - The safety filter does not read them: each was labelled by a person, and an unsafe answer is
@@ -49,7 +53,8 @@ class SafetyAnchors:
 
 
 def draw(anchors: SafetyAnchors, n_user_rows: int) -> list[dict]:
-    """KTO rows for `anchors.share` × `n_user_rows` anchors, balanced by label as far as the pool allows."""
+    """KTO rows for `anchors.share` × `n_user_rows` anchors: unsafe ones drawn at random, each
+    with the unused safe one nearest to it in length; the rest, if the pool runs short, safe."""
     if anchors.share < 0:
         raise ValueError(f"safety anchor share must be >= 0, got {anchors.share}")
     n = max(1, round(anchors.share * n_user_rows)) if anchors.share > 0 and n_user_rows else 0
@@ -58,9 +63,19 @@ def draw(anchors: SafetyAnchors, n_user_rows: int) -> list[dict]:
     unsafe = [a for a in anchors.pool if not a.safe]
     rng.shuffle(safe)
     rng.shuffle(unsafe)
-    n_unsafe = min(len(unsafe), n // 2)
-    picked = unsafe[:n_unsafe] + safe[:n - n_unsafe]
+    picked = []
+    for bad in unsafe[:min(len(unsafe), n // 2)]:
+        if not safe:
+            break
+        good = min(safe, key=lambda a: abs(_words(a.answer) - _words(bad.answer)))
+        safe.remove(good)
+        picked += [bad, good]
+    picked += safe[:n - len(picked)]
     return [_row(a, anchors.attributes) for a in picked]
+
+
+def _words(text: str) -> int:
+    return len(text.split())
 
 
 def _row(anchor: Anchor, attributes: str) -> dict:

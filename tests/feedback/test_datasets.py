@@ -386,6 +386,23 @@ def test_kto_safety_anchors_join_the_train_split_balanced_labelled_and_userless(
         build_dataset(store, "dpo", tmp_path / "dpo", anchors=anchors)
 
 
+def test_safety_anchors_are_matched_in_length_so_they_teach_no_length():
+    from feedback.datasets.anchors import Anchor, SafetyAnchors, draw
+
+    # Safe answers long, unsafe ones short, except a few safe ones as short as the unsafe.
+    pool = ([Anchor(f"u{i}", "q", "word " * (20 + i), safe=False) for i in range(10)]
+            + [Anchor(f"l{i}", "q", "word " * (300 + i), safe=True) for i in range(40)]
+            + [Anchor(f"s{i}", "q", "word " * (21 + i), safe=True) for i in range(10)])
+    rows = draw(SafetyAnchors(pool, share=1.0, attributes="a"), n_user_rows=12)
+    words = {lab: sorted(len(r["completion"][0]["content"].split()) for r in rows if r["label"] is lab)
+             for lab in (True, False)}
+    assert len(words[True]) == len(words[False]) == 6
+    assert all(abs(g - b) <= 1 for g, b in zip(words[True], words[False]))
+    # When the pool has fewer unsafe answers than half the draw, the rest are safe.
+    few = draw(SafetyAnchors(pool[8:], share=1.0, attributes="a"), n_user_rows=6)
+    assert [r["label"] for r in few].count(False) == 2 and len(few) == 6
+
+
 def test_safety_anchors_come_from_the_served_models_labelled_answers_outside_the_held_out_third():
     from types import SimpleNamespace
 
