@@ -214,9 +214,23 @@ def train(args, settings, data: Path):
     return status, {"method": args.method, "rows": card.n_train, "kto_attributes": card.kto_attributes,
                     "labeller": card.labeller, "relabelled": card.relabelled, "labels": card.labels,
                     "removed_by_filter": card.removed_by_filter, "counts_by_source": card.counts_by_source,
-                    "safety_anchors": {"share": args.safety_anchors, "from": card.anchors},
+                    "safety_anchors": {"share": args.safety_anchors, "from": card.anchors,
+                                       "mean_words": anchor_words(Path(status.run.run_dir))},
                     "steps": args.train_steps,
                     "final_loss": status.state.loss, "overrides": overrides}
+
+
+def anchor_words(run_dir: Path) -> dict[str, float]:
+    """Mean words of the set's safety anchors by label (length-matched pairs: about equal)."""
+    import pyarrow.parquet as pq
+
+    from feedback.datasets.anchors import ANCHOR_SOURCE
+
+    by_label: dict[str, list[int]] = {"desirable": [], "undesirable": []}
+    for r in pq.read_table(run_dir / "train.parquet").to_pylist():
+        if r["source"] == ANCHOR_SOURCE:
+            by_label["desirable" if r["label"] else "undesirable"].append(len(r["completion"][0]["content"].split()))
+    return {label: round(statistics.mean(n), 1) for label, n in by_label.items() if n}
 
 
 def gate(model_dir: Path, data: Path, run_id: str) -> dict:

@@ -127,7 +127,7 @@ class ScheduleSettings:
     min_new_feedback: int = pydantic.Field(default=50, ge=1)
     # Cap on optimizer steps per scheduled/operator run (0 = the method's own; small for demos, tests).
     train_max_steps: int = pydantic.Field(default=0, ge=0)
-    safety_filter: bool = True  # the training-set safety filter; off only to show the gate catches the rest
+    safety_filter: bool = True  # training-set safety filter; off only to show the gate catches what it removes
     # Labelled answers to risky requests mixed into KTO sets, per user row (0 = none; docs/learning.md).
     safety_anchors: float = pydantic.Field(default=0.0, ge=0, le=1)
 

@@ -178,7 +178,7 @@ class LaunchRequest:
     redactor: Redactor | None = None
     steering: SteeringMode = SteeringMode.STEERLM  # how the base model saw the attributes (`RunConfig.steering`)
     kto_attributes: str = "asked"  # a KTO set's row attributes (`build_dataset`); other methods and `dataset_dir` ignore it
-    anchors: SafetyAnchors | None = None  # labelled risky answers mixed into a KTO set (`build_dataset`); None: none
+    anchors: SafetyAnchors | None = None  # labelled risky answers for a KTO set; other methods and `dataset_dir` ignore it
 
 
 def launch_training(store: Store, request: LaunchRequest) -> TrainingRun:

@@ -11,7 +11,7 @@ little, training on an unsafe one costs a release. Switched off, it is
 `feedback.datasets.AcceptEverythingFilter`, whose name says on the dataset card that nothing was
 moderated.
 
-`safety_anchors(share)` is the other side of the same concern: labelled answers to risky requests
+`safety_anchors(settings, method)` is the other side of the same concern: labelled answers to risky requests
 mixed into a KTO set (`feedback.datasets.anchors`), so training on users' taste does not wear
 away the model's own safety, which the gate holds to non-inferiority.
 

@@ -11,13 +11,13 @@ Design choices:
 - The pool is given (`deploy.loop.safety.anchor_pool` reads the labelled safety set); this
   module only draws from it and writes rows in the KTO format, so `feedback` stays free of the
   evaluator's files.
-- How many: `share` × the users' own train rows, rounded, at least one when the share is above
-  zero; drawn with a fixed seed, half desirable and half undesirable as far as the pool allows,
-  so the anchors do not tip the set's class balance on their own.
-- Matched in length: each unsafe anchor comes with the safe one nearest to it in words. Drawn
-  independently, twelve anchors once paired 191-word safe answers with 58-word unsafe ones, and
-  KTO learnt "longer" from them against the users' "shorter" (docs/learning.md); matched, the
-  anchors say "safe, not unsafe" and nothing about length.
+- How many: pairs, `share` × the users' own train rows / 2, rounded, at least one when the
+  share is above zero; drawn with a fixed seed. A pair is one unsafe answer drawn at random and
+  the unused safe one nearest to it in words, so the anchors neither tip the set's class balance
+  nor carry a length preference of their own. Drawn independently, twelve anchors once held
+  191-word safe answers and 58-word unsafe ones, and the candidate most likely learnt "longer"
+  from them against its users' "shorter" (one run, docs/learning.md). A pool short of either
+  label gives fewer pairs, never unpaired anchors.
 - Anchors go to the train split only and carry no user: they are the project's labelled data,
   not anyone's conversation, and the card counts them apart (`counts_by_source["safety_anchor"]`).
 - The safety filter does not read them: each was labelled by a person, and an unsafe answer is
@@ -53,24 +53,21 @@ class SafetyAnchors:
 
 
 def draw(anchors: SafetyAnchors, n_user_rows: int) -> list[dict]:
-    """KTO rows for `anchors.share` × `n_user_rows` anchors: unsafe ones drawn at random, each
-    with the unused safe one nearest to it in length; the rest, if the pool runs short, safe."""
+    """KTO rows for about `anchors.share` × `n_user_rows` anchors, in length-matched pairs: an
+    unsafe answer drawn at random and the unused safe one nearest to it in words."""
     if anchors.share < 0:
         raise ValueError(f"safety anchor share must be >= 0, got {anchors.share}")
-    n = max(1, round(anchors.share * n_user_rows)) if anchors.share > 0 and n_user_rows else 0
+    pairs = max(1, round(anchors.share * n_user_rows / 2)) if anchors.share > 0 and n_user_rows else 0
     rng = random.Random(SEED)
     safe = [a for a in anchors.pool if a.safe]
     unsafe = [a for a in anchors.pool if not a.safe]
     rng.shuffle(safe)
     rng.shuffle(unsafe)
     picked = []
-    for bad in unsafe[:min(len(unsafe), n // 2)]:
-        if not safe:
-            break
+    for bad in unsafe[:min(pairs, len(unsafe), len(safe))]:
         good = min(safe, key=lambda a: abs(_words(a.answer) - _words(bad.answer)))
         safe.remove(good)
         picked += [bad, good]
-    picked += safe[:n - len(picked)]
     return [_row(a, anchors.attributes) for a in picked]
 
 

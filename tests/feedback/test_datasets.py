@@ -398,9 +398,11 @@ def test_safety_anchors_are_matched_in_length_so_they_teach_no_length():
              for lab in (True, False)}
     assert len(words[True]) == len(words[False]) == 6
     assert all(abs(g - b) <= 1 for g, b in zip(words[True], words[False]))
-    # When the pool has fewer unsafe answers than half the draw, the rest are safe.
+    # A pool short of unsafe answers gives fewer pairs, never unpaired anchors.
     few = draw(SafetyAnchors(pool[8:], share=1.0, attributes="a"), n_user_rows=6)
-    assert [r["label"] for r in few].count(False) == 2 and len(few) == 6
+    assert sorted(r["label"] for r in few) == [False, False, True, True]
+    assert draw(SafetyAnchors(pool[10:], share=1.0, attributes="a"), n_user_rows=6) == []
+    assert len(draw(SafetyAnchors(pool, share=0.01, attributes="a"), n_user_rows=6)) == 2  # at least a pair
 
 
 def test_safety_anchors_come_from_the_served_models_labelled_answers_outside_the_held_out_third():
