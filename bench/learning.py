@@ -224,12 +224,13 @@ def anchor_words(run_dir: Path) -> dict[str, float]:
     """Mean words of the set's safety anchors by label (length-matched pairs: about equal)."""
     import pyarrow.parquet as pq
 
+    from evaluator.text import words
     from feedback.datasets.anchors import ANCHOR_SOURCE
 
     by_label: dict[str, list[int]] = {"desirable": [], "undesirable": []}
     for r in pq.read_table(run_dir / "train.parquet").to_pylist():
         if r["source"] == ANCHOR_SOURCE:
-            by_label["desirable" if r["label"] else "undesirable"].append(len(r["completion"][0]["content"].split()))
+            by_label["desirable" if r["label"] else "undesirable"].append(words(r["completion"][0]["content"]))
     return {label: round(statistics.mean(n), 1) for label, n in by_label.items() if n}
 
 

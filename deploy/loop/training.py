@@ -108,7 +108,7 @@ def launch_request(
         method=method, runs_dir=runs_dir(settings), base_model=base_model, start_adapter=adapter,
         parent_release_id=parent, trigger=trigger, overrides=dict(overrides or {}), safety_filter=safety_filter,
         eval_fraction=eval_fraction, job_id=job_id, dataset_dir=dataset_dir, steering=settings.steering_mode,
-        anchors=safety_anchors(settings, method),
+        anchors=safety_anchors(settings, method) if dataset_dir is None else None,  # a built set has its own
         **training_data_rules(settings),
     )
     return request, note

@@ -30,6 +30,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evaluator.text import words
+
 ANCHOR_SOURCE = "safety_anchor"
 SEED = 20261206
 
@@ -65,14 +67,10 @@ def draw(anchors: SafetyAnchors, n_user_rows: int) -> list[dict]:
     rng.shuffle(unsafe)
     picked = []
     for bad in unsafe[:min(pairs, len(unsafe), len(safe))]:
-        good = min(safe, key=lambda a: abs(_words(a.answer) - _words(bad.answer)))
+        good = min(safe, key=lambda a: abs(words(a.answer) - words(bad.answer)))
         safe.remove(good)
         picked += [bad, good]
     return [_row(a, anchors.attributes) for a in picked]
-
-
-def _words(text: str) -> int:
-    return len(text.split())
 
 
 def _row(anchor: Anchor, attributes: str) -> dict:
