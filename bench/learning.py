@@ -6,6 +6,7 @@ short (or long) answers, one KTO or DPO run with LoRA, and what it changed on pr
         [--users 16] [--turns 5] [--train-steps 30] [--max-tokens 128] [--relative] [--kto-attributes asked|has]
         [--safety-anchors 0.25]
         [--gate] [--out bench/results/learning-smollm2.json]
+    .venv/bin/python bench/learning.py --gate-root /tmp/advisor-learning-XXXX --out RESULT.json
 
 Steps, each timed:
 1. vLLM's CPU build serves the model (runtime LoRA on); the advisor service runs on it (the
@@ -30,7 +31,8 @@ Steps, each timed:
    the same five positions; then the implicit reward β·(log π − log π_ref) of each held-out pair
    (transformers, the adapter disabled for π_ref), under the prompt its answers were sampled for.
 7. With `--gate`, the release gate on the candidate in the run's own store, against the base
-   model, every gate setting at its default.
+   model, every gate setting at its default. `--gate-root` does this step alone, later, for a run
+   made without `--gate`: the run's directory (printed as 'data') and its result file (`--out`).
 
 Printed and written as JSON: the machine, every step's time, the training set, base → candidate
 mean words (per slider position too), Spearman ρ of verbosity and words over the held-out
@@ -43,6 +45,7 @@ there and over half an hour one at a time through transformers (bench/serve.py).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -272,9 +275,33 @@ def main() -> None:
                     help="users whose short/long threshold is the base model's length at the slider position they chose")
     ap.add_argument("--safety-anchors", type=float, default=0.0,
                     help="labelled answers to risky requests mixed into a KTO set, per user row (0 = none)")
+    ap.add_argument("--gate-root", type=Path, default=None,
+                    help="gate an earlier run's candidate in its own store and add the decision to --out")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    run(args)
+    if args.gate_root:
+        gate_later(args)
+    else:
+        run(args)
+
+
+def gate_later(args) -> None:
+    """Step 7 alone, for a run made without `--gate`: its one succeeded training run is gated in its
+    own store, and the decision and the gate's time join the run's result file."""
+    from store import Store
+
+    if args.out is None or not args.out.exists():
+        raise SystemExit("--gate-root needs --out: the result file the run wrote")
+    with Store(args.gate_root / "advisor.duckdb") as store:
+        runs = [r for r in store.jobs.list_training_runs() if r.status == "succeeded"]
+    if len(runs) != 1:
+        raise SystemExit(f"{args.gate_root}: expected one succeeded training run, found {len(runs)}")
+    report = json.loads(args.out.read_text())
+    t0 = time.monotonic()
+    report["gate"] = gate(args.model_dir.resolve(), args.gate_root, runs[0].id)
+    report["timings_s"]["gate"] = round(time.monotonic() - t0, 1)
+    report["gate"]["gated_later"] = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": cpu_model()}
+    emit(report, args.out)
 
 
 def run(args) -> None:
