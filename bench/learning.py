@@ -287,18 +287,21 @@ def main() -> None:
 
 def gate_later(args) -> None:
     """Step 7 alone, for a run made without `--gate`: its one succeeded training run is gated in its
-    own store, and the decision and the gate's time join the run's result file."""
+    own store against the base model the run names, and the decision and the gate's time join the
+    run's result file (once: a file that holds a decision is left alone)."""
     from store import Store
 
     if args.out is None or not args.out.exists():
         raise SystemExit("--gate-root needs --out: the result file the run wrote")
+    report = json.loads(args.out.read_text())
+    if "gate" in report:
+        raise SystemExit(f"{args.out} already holds a gate decision: to gate again, pass a copy without its 'gate' key")
     with Store(args.gate_root / "advisor.duckdb") as store:
         runs = [r for r in store.jobs.list_training_runs() if r.status == "succeeded"]
     if len(runs) != 1:
         raise SystemExit(f"{args.gate_root}: expected one succeeded training run, found {len(runs)}")
-    report = json.loads(args.out.read_text())
     t0 = time.monotonic()
-    report["gate"] = gate(args.model_dir.resolve(), args.gate_root, runs[0].id)
+    report["gate"] = gate(Path(report["model"]), args.gate_root, runs[0].id)  # the base the run trained on
     report["timings_s"]["gate"] = round(time.monotonic() - t0, 1)
     report["gate"]["gated_later"] = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": cpu_model()}
     emit(report, args.out)

@@ -1,6 +1,6 @@
 """bench/learning.py's `--gate-root`: gating an earlier run later refuses, with a reason, when it has
-no result file to add the decision to or when the run's store does not hold exactly one trained
-candidate, and it writes nothing in either case."""
+no result file to add the decision to, when the run's store does not hold exactly one trained
+candidate, or when the file already holds a decision; it writes nothing in any case."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from store import Store
 
 
 def _args(root, out):
-    return SimpleNamespace(gate_root=root, out=out, model_dir=root / "model")
+    return SimpleNamespace(gate_root=root, out=out)
 
 
 def test_gating_later_needs_the_runs_result_file(tmp_path):
@@ -28,3 +28,11 @@ def test_gating_later_needs_exactly_one_trained_candidate(tmp_path):
     with pytest.raises(SystemExit, match="found 0"):
         load_bench("learning").gate_later(_args(tmp_path, out))
     assert out.read_text() == '{"timings_s": {}}\n'
+
+
+def test_gating_later_leaves_a_gated_result_alone(tmp_path):
+    out = tmp_path / "result.json"
+    out.write_text('{"gate": {"promote": false}}\n')
+    with pytest.raises(SystemExit, match="already holds a gate decision"):
+        load_bench("learning").gate_later(_args(tmp_path, out))
+    assert out.read_text() == '{"gate": {"promote": false}}\n'
