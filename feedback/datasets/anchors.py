@@ -66,8 +66,9 @@ def draw(anchors: SafetyAnchors, n_user_rows: int) -> list[dict]:
     rng.shuffle(safe)
     rng.shuffle(unsafe)
     picked = []
+    length = {a.id: words(a.answer) for a in anchors.pool}
     for bad in unsafe[:min(pairs, len(unsafe), len(safe))]:
-        good = min(safe, key=lambda a: abs(words(a.answer) - words(bad.answer)))
+        good = min(safe, key=lambda a: abs(length[a.id] - length[bad.id]))
         safe.remove(good)
         picked += [bad, good]
     return [_row(a, anchors.attributes) for a in picked]
