@@ -3,6 +3,7 @@
     .venv/bin/python bench/canary_smollm2.py --adapter RUN_DIR/adapter \
         --learning bench/results/learning-smollm2-short-kto-256-relative-gated.json --prefer short|long \
         [--vllm-python .venv-vllm/bin/python] [--users-per-round 8] [--max-rounds 12] [--max-minutes 120] [--out FILE.json]
+    .venv/bin/python bench/canary_smollm2.py ... --resume DATA_DIR --out FILE.json   # more rounds for an undecided canary
 
 The candidate is a LoRA adapter that `bench/learning.py` trained on SmolLM2-135M-Instruct; its
 result file gives the users' taste (a length threshold per slider position, `--relative`), the
@@ -17,6 +18,9 @@ answer cap, and the gate's decision. Design choices:
 - The rule is the service's (`docs/canary.md`) at its defaults, except `canary.share` 0.5, so both
   arms fill at one pace, and no deadline of its own: rounds stop at `--max-rounds` or
   `--max-minutes`, which reads as the rule's inconclusive.
+- `--resume` goes on with a canary a run left undecided: the same store and running canary, new
+  users (the round numbers, which seed them, carry on), checks appended to the result file. The
+  rule's intervals are valid at any number of checks, so more rounds add no false alarms.
 - Rounds of new users (real people's phrasing, the slider moved at random, 5 answers each); after
   each, the operator's check, which mines the round's feedback first. Users who want shorter
   answers than the model writes at their slider position should prefer the short candidate; users
@@ -87,8 +91,9 @@ def service_settings(data: Path, model_dir: Path, url: str, served: str, max_tok
         "canary.max_conversations": 100_000, "canary.max_hours": 240.0})
 
 
-def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int) -> list[dict]:
-    """Rounds of new users, each followed by the operator's check, until the rule decides."""
+def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int, first: int = 0) -> list[dict]:
+    """Rounds of new users, each followed by the operator's check, until the rule decides;
+    `first` is how many rounds an earlier run of this canary made."""
     from service_helpers import ADMIN_TOKEN
 
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
@@ -96,7 +101,7 @@ def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int) -> list[d
     checks: list[dict] = []
     deadline = time.monotonic() + 60 * args.max_minutes
     with service.admin() as admin:
-        for round_no in range(args.max_rounds):
+        for round_no in range(first, first + args.max_rounds):
             if time.monotonic() >= deadline:
                 break
             t0 = time.monotonic()
@@ -119,43 +124,75 @@ def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int) -> list[d
     return checks
 
 
+def earlier_run(args) -> dict:
+    """The result file of the run `--resume` goes on with; it must have left its canary undecided."""
+    if args.out is None or not args.out.exists():
+        raise SystemExit("--resume needs --out: the earlier run's result file, to append its checks to")
+    report = json.loads(args.out.read_text())
+    if not report.get("checks") or report["checks"][-1]["action"] != "continue":
+        raise SystemExit(f"{args.out} holds no undecided canary to go on with (its last check: "
+                         f"{(report.get('checks') or [{}])[-1].get('action', 'none')})")
+    return report
+
+
+def start_canary(store, service, learning: dict, args) -> str:
+    """Register the candidate with its gate's decision and start its canary (forced when rejected)."""
+    from deploy.release.registry import register_candidate
+
+    decision = {"promote": learning["gate"]["promote"], "reasons": learning["gate"]["reasons"]}
+    candidate = register_candidate(store, run_id=None, adapter_path=args.adapter.resolve(),
+                                   base_model=str(args.model_dir.resolve()), data_dir=service.services.settings.data_path,
+                                   decision=decision)
+    with service.admin() as admin:
+        admin.post(f"/api/admin/canary/start/{candidate.id}", params={"force": not decision["promote"]},
+                   timeout=300).raise_for_status()
+    return candidate.id
+
+
+def the_running_canary(store) -> str:
+    from deploy.release.canary import running_canary
+
+    release = running_canary(store)
+    if release is None:
+        raise SystemExit("--resume: the store holds no running canary")
+    return release.id
+
+
 def run(args) -> dict:
     from serve import vllm_endpoint
     from service_helpers import start_service
 
-    from deploy.release.registry import register_candidate
-
     learning = json.loads(args.learning.read_text())
     taste = tuple(learning["length_by_verbosity"])
     max_tokens = int(learning["max_new_tokens"])
-    data = Path(tempfile.mkdtemp(prefix="advisor-canary-"))
-    report: dict = {"machine": cpu_model(), "learning": str(args.learning), "prefer": args.prefer,
-                    "taste_words_by_verbosity": list(taste), "max_new_tokens": max_tokens, "share": SHARE,
-                    "users_per_round": args.users_per_round, "gate_promote": learning["gate"]["promote"]}
+    earlier = earlier_run(args) if args.resume else {}
+    data = args.resume or Path(tempfile.mkdtemp(prefix="advisor-canary-"))
+    report: dict = earlier or {"machine": cpu_model(), "learning": str(args.learning), "prefer": args.prefer,
+                               "taste_words_by_verbosity": list(taste), "max_new_tokens": max_tokens, "share": SHARE,
+                               "users_per_round": args.users_per_round, "gate_promote": learning["gate"]["promote"]}
     start = time.monotonic()
     vllm = SimpleNamespace(vllm_url="", served_model_name="advisor", vllm_python=args.vllm_python)
     with vllm_endpoint(vllm, args.model_dir.resolve()) as (url, served):
         service = start_service(service_settings(data, args.model_dir.resolve(), url, served, max_tokens))
         try:
             store = service.store
-            decision = {"promote": learning["gate"]["promote"], "reasons": learning["gate"]["reasons"]}
-            candidate = register_candidate(store, run_id=None, adapter_path=args.adapter.resolve(),
-                                           base_model=str(args.model_dir.resolve()), data_dir=service.services.settings.data_path,
-                                           decision=decision)
-            with service.admin() as admin:
-                admin.post(f"/api/admin/canary/start/{candidate.id}", params={"force": not decision["promote"]},
-                           timeout=300).raise_for_status()
-            report["checks"] = run_rounds(args, service, taste, max_tokens)
+            candidate = the_running_canary(store) if args.resume else start_canary(store, service, learning, args)
+            earlier_checks = report.get("checks", [])
+            report["checks"] = earlier_checks + run_rounds(args, service, taste, max_tokens, first=len(earlier_checks))
             last = report["checks"][-1]["action"] if report["checks"] else "continue"
             report["outcome"] = last if last != "continue" else "undecided when the bench's budget ran out"
             report["words_by_arm"] = words_by_arm(stored_answers(store))
-            release = store.releases.get(candidate.id)
+            release = store.releases.get(candidate)
             report["release_status"] = release.status
             report["canary_state"] = (release.decision or {}).get("canary", {}).get("state")
             report["audit"] = [e.as_dict() for e in store.audit.list(limit=20, action="canary")]
         finally:
             service.stop()
-    report["seconds"] = round(time.monotonic() - start, 1)
+    seconds = round(time.monotonic() - start, 1)
+    if args.resume:
+        report.setdefault("resumed", []).append({"after_round": len(earlier.get("checks", [])), "machine": cpu_model(),
+                                                 "seconds": seconds})
+    report["seconds"] = round(earlier.get("seconds", 0.0) + seconds, 1)
     return report
 
 
@@ -170,6 +207,8 @@ def main() -> None:
     ap.add_argument("--max-rounds", type=int, default=12)
     ap.add_argument("--max-minutes", type=float, default=120.0, help="no new round after this long")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="an earlier run's data directory whose canary is undecided: more rounds, appended to --out")
     args = ap.parse_args()
     emit(run(args), args.out)
 

@@ -1,9 +1,13 @@
 """bench/canary_smollm2.py's pure parts: words are counted per arm (answers without an arm, served
 before the canary started, are left out), and a check keeps its action, reason, per-arm rates and
-rounded intervals."""
+rounded intervals; `--resume` goes on only with a run whose result file left its canary undecided."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
+import pytest
 from bench_helpers import load_bench
 
 
@@ -35,3 +39,21 @@ def test_a_check_before_the_minimum_has_no_intervals():
     bench = _bench()
     out = bench.check_summary({"action": "continue", "reason": "collecting", "arms": {}, "intervals": {}})
     assert out == {"action": "continue", "reason": "collecting", "arms": {}, "intervals": {}}
+
+
+def test_resuming_needs_the_earlier_runs_result_file(tmp_path):
+    with pytest.raises(SystemExit, match="needs --out"):
+        _bench().earlier_run(SimpleNamespace(out=tmp_path / "missing.json"))
+
+
+def test_resuming_a_decided_canary_is_refused(tmp_path):
+    out = tmp_path / "result.json"
+    out.write_text('{"checks": [{"action": "continue"}, {"action": "rollback"}]}')
+    with pytest.raises(SystemExit, match="its last check: rollback"):
+        _bench().earlier_run(SimpleNamespace(out=out))
+
+
+def test_resuming_reads_an_undecided_run(tmp_path):
+    out = tmp_path / "result.json"
+    out.write_text(json.dumps({"checks": [{"action": "continue"}], "seconds": 10.0}))
+    assert _bench().earlier_run(SimpleNamespace(out=out))["seconds"] == 10.0
