@@ -81,6 +81,12 @@ def no_adapter_release(store: Store, base_model: str) -> str | None:
     return release.id if release else None
 
 
+def serves_base(backend, base_model: str) -> bool:
+    """Whether `backend` runs the model `base_model` names: by its served name, or by the directory
+    a model server was started on (what a trainer records as a run's base)."""
+    return base_model in {backend.model, getattr(backend, "base_model_path", None)}
+
+
 def activate(backend, release: Release) -> None:
     """Make the backend answer new requests with this release."""
     if release.adapter_path:
@@ -108,7 +114,7 @@ def promote(store: Store, backend, release_id: str, *, force: bool = False) -> R
     if release.status == "rejected" and not force:
         reason = release.decision.get("summary", "see its decision")
         raise ReleaseError(f"Release {release_id} was rejected by the gate ({reason}); pass --force to promote anyway.")
-    if backend is not None and release.base_model not in {backend.model, getattr(backend, "base_model_path", None)}:
+    if backend is not None and not serves_base(backend, release.base_model):
         raise ReleaseError(
             f"Release {release_id} was trained on {release.base_model!r}, but the service runs {backend.model!r}."
         )

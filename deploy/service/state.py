@@ -88,11 +88,11 @@ class Services:
     def refresh_canary(self) -> None:
         """Re-read the running canary and make sure its adapter is loaded beside the live one."""
         from deploy.release.canary import canary_state, load_canary, running_canary
+        from deploy.release.registry import serves_base
 
         self._canary_read_at = time.monotonic() + CANARY_REFRESH_S
         release = running_canary(self.store) if self.store is not None else None
-        if release is None or self.backend is None or release.base_model not in {
-                self.backend.model, getattr(self.backend, "base_model_path", None)}:
+        if release is None or self.backend is None or not serves_base(self.backend, release.base_model):
             self._canary = None
             return
         try:

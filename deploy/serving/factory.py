@@ -99,12 +99,12 @@ def use_live_release(store: Store, backend: Backend) -> tuple[str | None, str | 
 
     Returns (release id to log with each answer; a warning to show, or None). A live release for another base model, or whose adapter directory is gone, is not
     applied: the base model answers and the warning says why."""
-    from deploy.release.registry import ensure_base_release
+    from deploy.release.registry import ensure_base_release, serves_base
 
     # With no trained release yet, the base model is recorded as a release of its own, so every
     # stored answer names the release that produced it.
     live = ensure_base_release(store, backend.model)
-    if live.base_model != backend.model:
+    if not serves_base(backend, live.base_model):
         return None, (f"The live release {live.id} is for base model {live.base_model!r}, not {backend.model!r}; "
                       "answering with the base model.")
     if not live.adapter_path:

@@ -9,6 +9,7 @@ from vllm_fixtures import make_random_lora
 from chat.backends import SamplingParams
 from chat.backends.transformers_backend import TransformersBackend
 from deploy.release.registry import ReleaseError, ensure_base_release, promote, register_candidate, rollback
+from deploy.serving.factory import use_live_release
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 QUESTION = [{"role": "user", "content": "How do I sleep better?"}]
@@ -105,3 +106,5 @@ def test_release_trained_on_the_served_weights_path_can_be_promoted(store, tmp_p
     assert promote(store, server, ok.id).status == "live" and server.active_adapter == ok.id
     with pytest.raises(ReleaseError, match="trained on '/models/other'"):
         promote(store, server, other.id)
+    restarted = _ServedUnderAnotherName()  # a service started later, or a replica re-reading the live release
+    assert use_live_release(store, restarted) == (ok.id, None) and restarted.active_adapter == ok.id
