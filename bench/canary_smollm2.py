@@ -166,6 +166,7 @@ def run(args) -> dict:
     taste = tuple(learning["length_by_verbosity"])
     max_tokens = int(learning["max_new_tokens"])
     earlier = earlier_run(args) if args.resume else {}
+    earlier_checks, earlier_seconds = earlier.get("checks", []), earlier.get("seconds", 0.0)
     data = args.resume or Path(tempfile.mkdtemp(prefix="advisor-canary-"))
     report: dict = earlier or {"machine": cpu_model(), "learning": str(args.learning), "prefer": args.prefer,
                                "taste_words_by_verbosity": list(taste), "max_new_tokens": max_tokens, "share": SHARE,
@@ -177,7 +178,6 @@ def run(args) -> dict:
         try:
             store = service.store
             candidate = the_running_canary(store) if args.resume else start_canary(store, service, learning, args)
-            earlier_checks = report.get("checks", [])
             report["checks"] = earlier_checks + run_rounds(args, service, taste, max_tokens, first=len(earlier_checks))
             last = report["checks"][-1]["action"] if report["checks"] else "continue"
             report["outcome"] = last if last != "continue" else "undecided when the bench's budget ran out"
@@ -190,9 +190,9 @@ def run(args) -> dict:
             service.stop()
     seconds = round(time.monotonic() - start, 1)
     if args.resume:
-        report.setdefault("resumed", []).append({"after_round": len(earlier.get("checks", [])), "machine": cpu_model(),
+        report.setdefault("resumed", []).append({"after_round": len(earlier_checks), "machine": cpu_model(),
                                                  "seconds": seconds})
-    report["seconds"] = round(earlier.get("seconds", 0.0) + seconds, 1)
+    report["seconds"] = round(earlier_seconds + seconds, 1)
     return report
 
 
