@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/extract.py [--conversations 100000] [--chunk-size 5000] [--llm-sample 16]
                                       [--skip-llm] [--workdir DIR] [--model-data-dir DIR] [--out FILE]
+                                      [--reranker packaged|none|DIR]
 
 1. Fast extractor: a generated log of N conversations (default 100,000; built from the gold set's
    topics and phrasings, with a realistic share of turns without feedback) is bulk-loaded into a
@@ -9,7 +10,9 @@
    thread), `run_extraction` streams it in chunks exactly as the service does (watermark, one
    transaction per chunk, a jobs row). Reported: conversations/s overall and the median over
    chunks, time in the extractor vs the store, how many windows went to the embedding model, and
-   resident memory after each chunk plus the peak (flat memory = no growth with N).
+   resident memory after each chunk plus the peak (flat memory = no growth with N). `--reranker`
+   is the cross-encoder tier as `extraction.reranker` names it: `packaged` (the default, as the
+   service runs), `none` (the sentence classifier alone), or a directory.
 2. LLM extractor on the built-in model (built on first use into --model-data-dir, minutes): the
    same windows from the gold dev split, batched vs one prompt at a time, 3 repeats each, medians.
 3. With `--store postgres` the log goes into a real PostgreSQL server started for the run (fsync
@@ -192,7 +195,17 @@ def _store_figures(store, db: Path | str, first_read_s: float) -> dict:
             "reports_cold_s": cold, "reports_warm_s": warm}
 
 
-def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
+def load_reranker(name: str):
+    """The cross-encoder tier `--reranker` names (`packaged`, `none` or a directory), or None."""
+    if name == "none":
+        return None
+    from feedback.extract import Reranker
+    from feedback.extract.rerank import PACKAGED
+
+    return Reranker(PACKAGED if name == "packaged" else Path(name))
+
+
+def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True, reranker: str = "packaged") -> dict:
     """Runs in a child pinned to one core; returns the measurements."""
     import psutil
     import torch
@@ -204,8 +217,8 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
     from store import Store
 
     proc = psutil.Process()
-    extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings)
     t = time.perf_counter()
+    extractor = FastExtractor(FastConfig.tuned(), use_embeddings=embeddings, reranker=load_reranker(reranker))
     # The service loads the embedding model on first use, which only the rules-only reading makes:
     # warmed here (out of the timing) only then, so the classifier path's memory is what it uses.
     embeddings = embeddings and extractor.model is None
@@ -260,7 +273,8 @@ def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True) -> dict:
         total = time.perf_counter() - t
         cpu = _cpu_seconds() - cpu0
         mirror = _store_figures(store, db, first_copy_s)
-    return _fast_report(n_conv, result, total, cpu, timing, load_s, rss0, samples) | mirror
+    return (_fast_report(n_conv, result, total, cpu, timing, load_s, rss0, samples) | mirror
+            | {"extractor_version": extractor.version})
 
 
 # ---------------------------------------------------------------------------- LLM
@@ -320,6 +334,8 @@ def main() -> None:
     parser.add_argument("--skip-llm", action="store_true")
     parser.add_argument("--skip-fast", action="store_true")
     parser.add_argument("--no-embeddings", action="store_true", help="Fast extractor on cues alone (for comparison).")
+    parser.add_argument("--reranker", default="packaged",
+                        help="the cross-encoder tier: packaged (the service's default), none, or a directory")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--model-data-dir", type=Path, default=REPO / ".cache" / "test",
                         help="Where the built-in model is cached (built there on first use).")
@@ -333,7 +349,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.phase == "fast":
-        print(json.dumps(run_fast(args.db, args.chunk_size, embeddings=not args.no_embeddings)))
+        print(json.dumps(run_fast(args.db, args.chunk_size, embeddings=not args.no_embeddings, reranker=args.reranker)))
         return
 
     report: dict = {"machine": machine()}
@@ -353,7 +369,8 @@ def main() -> None:
         report["log"] = generate(db, args.conversations)
         print("log:", json.dumps(report["log"]), flush=True)
         child = subprocess.run([sys.executable, __file__, "--phase", "fast", "--db", str(db),
-                                "--chunk-size", str(args.chunk_size)] + (["--no-embeddings"] if args.no_embeddings else []),
+                                "--chunk-size", str(args.chunk_size), "--reranker", args.reranker]
+                               + (["--no-embeddings"] if args.no_embeddings else []),
                                capture_output=True, text=True)
         if child.returncode != 0:
             print(child.stderr[-3000:], file=sys.stderr)

@@ -146,10 +146,11 @@ class ExtractionSettings:
     batch_size: int = pydantic.Field(default=16, ge=1, le=512)
     # The authors' extraction script allowed 200 new tokens.
     max_new_tokens: int = pydantic.Field(default=200, ge=16, le=4096)
-    # The fast extractor's slower, more precise tier: a cross-encoder directory mixed into its
-    # classifier (`feedback.extract.rerank`; `advisor extract build-reranker` writes one to
-    # <data_dir>/models/feedback-reranker). About 23 ms per user sentence on a CPU core. Empty: off.
-    reranker: str = ""
+    # The fast extractor's slower, more precise tier, a cross-encoder mixed into its classifier
+    # (`feedback.extract.rerank`): "packaged" = the one shipped in the package; a directory = one
+    # `advisor extract build-reranker` wrote; empty = off (the classifier alone, ~200x faster).
+    # About 23 ms per user sentence on a CPU core.
+    reranker: str = "packaged"
 
 
 @dataclass

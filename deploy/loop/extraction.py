@@ -9,8 +9,10 @@ backend, so in production it runs on vLLM beside the chat.
 
 from __future__ import annotations
 
+import functools
+
 from deploy.loop.jobs import JobContext, JobRegistry
-from deploy.serving.factory import extraction_backend, extraction_reranker, greedy_completion
+from deploy.serving.factory import extraction_backend, extraction_reranker, greedy_completion, reranker_path
 from feedback.extract import make_extractor
 from feedback.extract.runner import ExtractionRunner, run_extraction
 
@@ -18,14 +20,16 @@ from feedback.extract.runner import ExtractionRunner, run_extraction
 def register_jobs(registry: JobRegistry, ctx: JobContext) -> None:
     settings = ctx.settings
     own = extraction_backend(settings)  # made once: its HTTP client is reused by every run
-    reranker = extraction_reranker(settings)  # loaded once (≈ 90 MB), when configured
+    reranker_path(settings)  # a wrong path fails the start; the tier itself loads on first use (seconds, ≈ 90 MB)
+    reranker = functools.cache(lambda: extraction_reranker(settings))
 
     def extractor_for(kind: str):
         complete = None
         if kind != "fast":
             complete = greedy_completion(own or ctx.backend, settings.steering_mode,
                                          max_new_tokens=settings.extraction.max_new_tokens)
-        return make_extractor(kind, complete=complete, batch_size=settings.extraction.batch_size, reranker=reranker)
+        return make_extractor(kind, complete=complete, batch_size=settings.extraction.batch_size,
+                              reranker=reranker() if kind != "llm" else None)
 
     runner = ExtractionRunner(ctx.store, extractor_for)
     ctx.extras["extraction"] = runner

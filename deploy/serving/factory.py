@@ -139,16 +139,31 @@ def extraction_backend(settings: Settings, *, url: str | None = None, model: str
                                    max_concurrency=concurrency or e.batch_size)
 
 
-def extraction_reranker(settings: Settings, path: str | Path | None = None):
-    """The fast extractor's cross-encoder tier from `path` or `extraction.reranker`; None when off."""
+def reranker_path(settings: Settings, path: str | Path | None = None) -> Path | None:
+    """Where the fast extractor's cross-encoder tier is: `path` or `extraction.reranker`
+    ("packaged": the shipped one); None when off. Checked here, loaded later (it takes seconds)."""
+    from feedback.extract.rerank import CONFIG_NAME, PACKAGED
+
     path = path or settings.extraction.reranker
     if not path:
+        return None
+    path = PACKAGED if str(path) == "packaged" else Path(path).expanduser()
+    if not (path / CONFIG_NAME).is_file():
+        raise SettingsError(f"extraction.reranker: {path} is not a feedback reranker (no {CONFIG_NAME}); build one "
+                            "with `advisor extract build-reranker`, use \"packaged\", or leave it empty for none")
+    return path
+
+
+def extraction_reranker(settings: Settings, path: str | Path | None = None):
+    """The fast extractor's cross-encoder tier (`reranker_path`), loaded; None when off."""
+    where = reranker_path(settings, path)
+    if where is None:
         return None
     from feedback.extract import Reranker
 
     try:
-        return Reranker(Path(path).expanduser())
-    except OSError as exc:  # a missing or unreadable directory
+        return Reranker(where)
+    except OSError as exc:  # an unreadable directory
         raise SettingsError(f"extraction.reranker: {exc}") from None
 
 

@@ -13,10 +13,11 @@ How a window is read:
    re-ask is one correction, and adjacent sentences of the same category form one span.
 3. Text about feedback (an instruction to the extractor, a pasted verdict, a role-played system
    message; `hostile.py`) is never a span, in either mode.
-4. Optionally (`reranker=`, `extraction.reranker`), a cross-encoder that reads each sentence with
-   the request and the answer (`rerank.py`) is mixed into the classifier's probabilities before
-   step 2's decisions: more precise on real chats, and a hundred times slower, so it is a
-   separate tier built into the data directory, off unless configured.
+4. With `reranker=` (the service's default, `extraction.reranker`), a cross-encoder that reads
+   each sentence with the request and the answer (`rerank.py`) is mixed into the classifier's
+   probabilities before step 2's decisions: more precise on chats it was not fitted to, and a
+   hundred times slower. This class takes it as an argument; the shipped one is packed in
+   `feedback/data/reranker`.
 
 The rules on their own (`FastConfig.rules_only()`, no classifier):
 1. A bare "No, not yet." answering the assistant's question, and a user correcting their own

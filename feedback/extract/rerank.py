@@ -24,8 +24,9 @@ Design choices:
   templated sentences only (`--holdout-dev`; `bench/extract_rerank.py`): the highest span precision whose span recall keeps
   a margin over its target, as precision is the figure the classifier misses on test.
 - Cost: about 23 ms per sentence on two CPU cores against the classifier's ~0.1 ms, and ~90 MB
-  of weights as trained, so the tier is built into the data directory, opt-in
-  (`extraction.reranker`), and the fast path's throughput without it is unchanged.
+  of weights in memory. It is the service's default (`extraction.reranker = "packaged"`) because
+  its precision held on conversations it was not fitted to and the scheduled extraction reads only
+  new turns; `extraction.reranker = ""` runs the classifier alone, a hundred times faster.
 - Packed (`pack`): the trained model as its difference from the base MiniLM, each weight matrix's
   difference a rank-r product (truncated SVD) and the rest whole, in float16, that loads
   on top of the packaged base. How low a rank still decides as the full model is measured, not
@@ -49,6 +50,8 @@ from feedback.extract.types import Window
 
 CONFIG_NAME = "reranker.json"
 DELTA_NAME = "delta.safetensors"  # a packed reranker: its difference from the base (`pack`)
+PACKAGED = Path(__file__).resolve().parent.parent / "data" / "reranker"  # the shipped tier, packed
+PACKED_RANK = 128  # the smallest rank deciding as the full model on 99 % of dev (bench/rerank_pack.py)
 
 
 @dataclass
@@ -127,11 +130,20 @@ def encode(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
 
 def _base_model(num_labels: int):
     from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging
 
     from feedback.extract.embed import minilm_path
 
-    return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=num_labels,
-                                                              local_files_only=True)
+    level, bar = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()  # not a warning: the new head is expected to be missing from the base
+    logging.disable_progress_bar()
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=num_labels,
+                                                                  local_files_only=True)
+    finally:
+        logging.set_verbosity(level)
+        if bar:
+            logging.enable_progress_bar()
 
 
 def pack(full: Path | str, out: Path | str, rank: int) -> dict:

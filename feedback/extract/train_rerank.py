@@ -2,19 +2,25 @@
 
     python -m feedback.extract.train_rerank DIR                 # train + dev + templated dev: ~25 min, 2 cores
     python -m feedback.extract.train_rerank DIR --holdout-dev   # dev left out, to choose the mix on it
+    python -m feedback.extract.train_rerank --ship              # rebuild the shipped tier (packed, feedback/data/reranker)
     advisor extract build-reranker                              # the first, into <data_dir>/models/feedback-reranker
 
 The recipe and why: `rerank.py`'s docstring. The sentences are the sentence classifier's training
 examples (`train_classifier.training_data`), so both tiers read the same turns the same way; the
 test split is never read. Deterministic given the seed and the CPU (one process, fixed order).
+The shipped tier is this build packed at `rerank.PACKED_RANK` (the rank `bench/rerank_pack.py`
+chose), with a digest of its recipe (settings, classes, rank, every training pair and label) that
+a test recomputes, so the recipe cannot move without the weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feedback.extract.rerank import CONFIG_NAME, RerankSettings, encode, pair
+from feedback.extract.rerank import CONFIG_NAME, PACKAGED, PACKED_RANK, RerankSettings, encode, pack, pair
 from feedback.extract.train_classifier import CLASSES, training_data
 
 
@@ -100,15 +106,44 @@ def build(out: Path, *, holdout_dev: bool = False, settings: RerankSettings | No
     return train(out, chosen, settings, trained_on=trained_on, log=log)
 
 
+def recipe_digest(settings: RerankSettings | None = None, rank: int = PACKED_RANK) -> str:
+    """A digest of what the shipped tier is built from: its settings, the classes, the packing
+    rank, and every training sentence's pair and label, in order."""
+    _, _, data = training_data()
+    h = hashlib.sha256(json.dumps([asdict(settings or RerankSettings()), list(CLASSES), rank]).encode())
+    for e in data.dev + data.train + data.templated:
+        h.update(json.dumps([*pair(e.window, e.sentence), e.label]).encode())
+    return h.hexdigest()[:16]
+
+
+def ship(full: Path | None = None, out: Path = PACKAGED, log=print) -> dict:
+    """Build the tier on train + dev (or take the build `full`), pack it at `PACKED_RANK` into
+    `out` and record its recipe digest there."""
+    with tempfile.TemporaryDirectory(prefix="reranker-") as tmp:
+        if full is None:
+            build(Path(tmp), log=log)
+        meta = pack(full or Path(tmp), out, PACKED_RANK)
+    meta["recipe"] = recipe_digest()
+    (out / CONFIG_NAME).write_text(json.dumps(meta, indent=1) + "\n")
+    return meta
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="where to write the full build (not with --ship)")
+    parser.add_argument("--ship", action="store_true", help=f"rebuild the shipped, packed tier in {PACKAGED}")
+    parser.add_argument("--from-build", type=Path, default=None, help="with --ship: pack this full build instead of training")
     parser.add_argument("--holdout-dev", action="store_true", help="leave the dev split out (to choose the mix on it)")
     for f in fields(RerankSettings):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     args = parser.parse_args(argv)
     settings = RerankSettings(**{f.name: getattr(args, f.name) for f in fields(RerankSettings)})
-    print(json.dumps(build(args.out, holdout_dev=args.holdout_dev, settings=settings), indent=1))
+    if args.ship:
+        print(json.dumps(ship(args.from_build), indent=1))
+    elif args.out is None:
+        parser.error("give the directory to write the build to, or --ship")
+    else:
+        print(json.dumps(build(args.out, holdout_dev=args.holdout_dev, settings=settings), indent=1))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,20 @@ from typer.testing import CliRunner
 from feedback.extract import FastConfig, FastExtractor, Window, load_gold, predict
 from feedback.extract.classifier import SentenceClassifier
 from feedback.extract.gold import SHIPPED_GOLD
-from feedback.extract.rerank import CONFIG_NAME, DELTA_NAME, Reranker, RerankSettings, fidelity, log_softmax, pack, pair
+from feedback.extract.rerank import (
+    CONFIG_NAME,
+    DELTA_NAME,
+    PACKAGED,
+    PACKED_RANK,
+    Reranker,
+    RerankSettings,
+    fidelity,
+    log_softmax,
+    pack,
+    pair,
+)
 from feedback.extract.train_classifier import examples
-from feedback.extract.train_rerank import train
+from feedback.extract.train_rerank import recipe_digest, train
 
 
 @pytest.fixture(scope="module")
@@ -153,17 +164,29 @@ def test_cli_eval_with_the_reranker_and_a_wrong_path(tmp_path, tiny):
     assert bad.exit_code == 2 and "extraction.reranker" in bad.output and "build-reranker" in bad.output
 
 
-def test_service_settings_load_the_reranker_once(tmp_path, tiny):
-    from deploy.serving.factory import extraction_reranker
+def test_settings_name_the_shipped_tier_by_default_a_directory_or_none(tmp_path, tiny):
+    from deploy.serving.factory import extraction_reranker, reranker_path
     from deploy.settings import SettingsError, load_settings
 
     def settings(**values):
         return load_settings(environ={}, overrides={"data_dir": str(tmp_path), **values})
 
-    assert extraction_reranker(settings()) is None
+    assert reranker_path(settings()) == PACKAGED
+    assert extraction_reranker(settings(**{"extraction.reranker": ""})) is None
     assert isinstance(extraction_reranker(settings(**{"extraction.reranker": str(tiny)})), Reranker)
     with pytest.raises(SettingsError, match="build-reranker"):
-        extraction_reranker(settings(**{"extraction.reranker": str(tmp_path / "nowhere")}))
+        reranker_path(settings(**{"extraction.reranker": str(tmp_path / "nowhere")}))
+
+
+def test_shipped_tier_is_packed_from_its_recipe():
+    """The shipped tier's recorded recipe digest is the one the current code and data give: change
+    the settings, the classes, the rank or a training sentence, and this fails until it is rebuilt
+    (`python -m feedback.extract.train_rerank --ship`)."""
+    meta = json.loads((PACKAGED / CONFIG_NAME).read_text())
+    assert meta["recipe"] == recipe_digest(), "the reranker's recipe moved: rebuild it with train_rerank --ship"
+    assert meta["packed"]["rank"] == PACKED_RANK and meta["version"].endswith(f"-r{PACKED_RANK}")
+    assert meta["trained_on"]["dev"] > 0 and meta["trained_on"]["train"] > 0  # train + dev, never test
+    assert (PACKAGED / DELTA_NAME).stat().st_size < 20e6
 
 
 def test_packed_reranker_is_small_and_decides_as_the_full_one(tiny, tmp_path, conversations):
