@@ -4,7 +4,7 @@ short (or long) answers, one KTO or DPO run with LoRA, and what it changed on pr
     .venv/bin/python bench/learning.py [--model-dir .cache/test/models/smollm2-135m-instruct]
         [--prefer short|long] [--method kto|dpo] [--rate regenerate=0.6 ...]
         [--users 16] [--turns 5] [--train-steps 30] [--max-tokens 128] [--relative] [--kto-attributes asked|has]
-        [--safety-anchors 0.25]
+        [--safety-anchors 0.25] [--dpo-sft-weight 1.0]
         [--gate] [--out bench/results/learning-smollm2.json]
     .venv/bin/python bench/learning.py --gate-root /tmp/advisor-learning-XXXX --out RESULT.json
 
@@ -200,7 +200,8 @@ def train(args, settings, data: Path):
     if cached.is_dir():
         shutil.copytree(cached, moderator_dir(settings.data_dir), dirs_exist_ok=True)
     overrides = {"max_steps": args.train_steps, "learning_rate": args.lr, "lora_alpha": args.lora_alpha,
-                 "batch_size": args.batch_size, "save_steps": 1000}
+                 "batch_size": args.batch_size, "save_steps": 1000,
+                 **({"sft_weight": args.dpo_sft_weight} if args.method == "dpo" else {})}
     with Store(settings.db_path) as store:
         run = launch_training(store, LaunchRequest(method=args.method, runs_dir=data / "runs", base_model=str(args.model_dir),
                                             overrides=overrides, safety_filter=make_safety_filter(settings, True),
@@ -273,6 +274,8 @@ def main() -> None:
                     help="KTO rows under the slider values asked for, or liked answers under those their text has")
     ap.add_argument("--relative", action="store_true",
                     help="users whose short/long threshold is the base model's length at the slider position they chose")
+    ap.add_argument("--dpo-sft-weight", type=float, default=0.0,
+                    help="DPO only: weight of an NLL term on the chosen answers (RPO's form; 0 = plain DPO)")
     ap.add_argument("--safety-anchors", type=float, default=0.0,
                     help="labelled answers to risky requests mixed into a KTO set, per user row (0 = none)")
     ap.add_argument("--gate-root", type=Path, default=None,

@@ -157,6 +157,15 @@ class KTORunConfig(PreferenceRunConfig):
 class DPORunConfig(PreferenceRunConfig):
     method: ClassVar[str] = "dpo"
     loss_type: str = "sigmoid"
+    # Weight of a negative log-likelihood term on the chosen answers (per token) beside the DPO
+    # loss, as RPO adds it: it keeps the chosen answers likely where plain DPO may push both down.
+    # 0 = plain DPO.
+    sft_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.sft_weight >= 0:
+            raise ConfigError(f"dpo config: sft_weight must be ≥ 0 (0: plain DPO), got {self.sft_weight!r}")
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,8 @@ def trl_args(eff: Effective, run_dir: Path, n_train: int, class_weights: dict[st
                          undesirable_weight=cfg.undesirable_weight or class_weights["undesirable_weight"])
     from trl import DPOConfig
 
-    return DPOConfig(**common, beta=cfg.beta, loss_type=[cfg.loss_type],
+    losses = {cfg.loss_type: 1.0, **({"sft": cfg.sft_weight} if cfg.sft_weight > 0 else {})}
+    return DPOConfig(**common, beta=cfg.beta, loss_type=list(losses), loss_weights=list(losses.values()),
                      precompute_ref_log_probs=cfg.precompute_ref_log_probs)
 
 

@@ -204,6 +204,20 @@ def test_the_service_trains_with_its_own_steering_mode(store, tmp_path, steering
     assert store.jobs.get_training_run(run.id).config["steering"] == steering
 
 
+def test_dpo_sft_weight_adds_the_chosen_answers_likelihood_term(tmp_path):
+    """RPO's form: DPO's loss plus a per-token NLL on the chosen answers at `sft_weight`; 0 is plain DPO."""
+    from trainer.run import trl_args
+
+    weights = {"desirable_weight": 1.0, "undesirable_weight": 1.0}
+    plain = trl_args(effective_config(config_for("dpo", base_model="m"), cuda=False, n_train=16), tmp_path, 16, weights)
+    assert plain.loss_type == ["sigmoid"] and plain.loss_weights == [1.0]
+    rpo = effective_config(config_for("dpo", base_model="m", sft_weight=0.5), cuda=False, n_train=16)
+    args = trl_args(rpo, tmp_path, 16, weights)
+    assert args.loss_type == ["sigmoid", "sft"] and args.loss_weights == [1.0, 0.5]
+    with pytest.raises(ConfigError, match="sft_weight must be"):
+        config_for("dpo", sft_weight=-1.0)
+
+
 def test_speed_and_priority_options_are_checked_and_reach_trl(tmp_path):
     from trainer.run import trl_args
 
