@@ -200,9 +200,9 @@ def load_reranker(name: str):
     if name == "none":
         return None
     from feedback.extract import Reranker
-    from feedback.extract.rerank import PACKAGED
+    from feedback.extract.rerank import located
 
-    return Reranker(PACKAGED if name == "packaged" else Path(name))
+    return Reranker(located(name))
 
 
 def run_fast(db: Path | str, chunk_size: int, embeddings: bool = True, reranker: str = "packaged") -> dict:

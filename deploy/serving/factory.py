@@ -142,12 +142,12 @@ def extraction_backend(settings: Settings, *, url: str | None = None, model: str
 def reranker_path(settings: Settings, path: str | Path | None = None) -> Path | None:
     """Where the fast extractor's cross-encoder tier is: `path` or `extraction.reranker`
     ("packaged": the shipped one); None when off. Checked here, loaded later (it takes seconds)."""
-    from feedback.extract.rerank import CONFIG_NAME, PACKAGED
+    from feedback.extract.rerank import CONFIG_NAME, located
 
     path = path or settings.extraction.reranker
     if not path:
         return None
-    path = PACKAGED if str(path) == "packaged" else Path(path).expanduser()
+    path = located(path)
     if not (path / CONFIG_NAME).is_file():
         raise SettingsError(f"extraction.reranker: {path} is not a feedback reranker (no {CONFIG_NAME}); build one "
                             "with `advisor extract build-reranker`, use \"packaged\", or leave it empty for none")

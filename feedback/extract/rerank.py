@@ -54,6 +54,12 @@ PACKAGED = Path(__file__).resolve().parent.parent / "data" / "reranker"  # the s
 PACKED_RANK = 128  # the smallest rank deciding as the full model on 99 % of dev (bench/rerank_pack.py)
 
 
+def located(name: str | Path) -> Path:
+    """Where a reranker named as `extraction.reranker` names it is: "packaged" is the shipped one,
+    anything else a directory."""
+    return PACKAGED if str(name) == "packaged" else Path(name).expanduser()
+
+
 @dataclass
 class RerankSettings:
     epochs: float = 3.0  # passes over the training sentences (3 = 726 steps of 16 without dev)
