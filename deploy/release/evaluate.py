@@ -4,9 +4,10 @@ side by side, decide, and store the numbers and the decision.
     outcome = gate_candidate(store, settings, run_id)      # never promotes; the caller does
 
 Design choices:
-- Same prompts, same run, scored the same way: one base model is loaded once and both adapters
-  are put on it, so the candidate and the live release answer greedily from the same weights,
-  prompts, template and token budget, and every axis is scored by the same code on both sides
+- Same prompts, same run, scored the same way: each side is the same base model with its own
+  adapter merged into the weights, loaded in turn (one copy in memory at a time), so the
+  candidate and the live release answer greedily from the same base, prompts, template and token
+  budget, and every axis is scored by the same code on both sides
   (`deploy.release.measure`, which also says why HH uses mean log-likelihood on both sides).
 - Axes (`deploy.release.gate.AXES`): helpfulness (the helpfulness judge's score of each answer
   to the shipped advice requests, `evaluator/data/advice_prompts.jsonl`, read as a percentile of
@@ -41,14 +42,14 @@ from deploy.release.answer_cache import AnswerCache
 from deploy.release.gate import Decision, decide
 from deploy.release.judges import guard_over, load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
-from deploy.release.models import load_causal_lm
+from deploy.release.models import load_merged
 from deploy.release.registry import ReleaseError, register_candidate
 from store import Release, Store
 
 log = logging.getLogger("advisor.gate")
 
 SUITE = "gate"
-CANDIDATE, LIVE = "candidate", "live"  # PEFT adapter names inside the gate's one model
+CANDIDATE, LIVE = "candidate", "live"
 Progress = Callable[[str], None]
 
 
@@ -108,11 +109,11 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
 # ---------------------------------------------------------------- measuring
 
 
-def _load(base_model: str, candidate_adapter: str, live_adapter: str | None):
+def _load(base_model: str, adapter: str | None):
     if not Path(base_model).exists():
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
-    return load_causal_lm(base_model, {CANDIDATE: candidate_adapter, LIVE: live_adapter})
+    return load_merged(base_model, adapter)
 
 
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
@@ -187,12 +188,12 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     live, live_adapter = live_side(store, candidate)
     live_id = live.id if live is not None else None
     inputs, notes = _inputs(settings, say)
-    say(f"loading {candidate.base_model} with both adapters")
-    model, tokenizer = _load(candidate.base_model, candidate.adapter_path, live_adapter)
-    cand = measure_side(model, tokenizer, Side(CANDIDATE, CANDIDATE), inputs)
+    say(f"loading {candidate.base_model} with the candidate's adapter merged in")
+    cand = measure_side(*_load(candidate.base_model, candidate.adapter_path), Side(CANDIDATE), inputs)
     cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
         if live_id else None
-    other = measure_side(model, tokenizer, Side(LIVE, LIVE if live_adapter else None, cache), inputs)
+    say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone"))
+    other = measure_side(*_load(candidate.base_model, live_adapter), Side(LIVE, cache), inputs)
     if cache is not None:
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")

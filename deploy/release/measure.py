@@ -1,22 +1,23 @@
 """Measure one side of a gate run (the candidate or the live release) item by item.
 
-`deploy.release.evaluate` loads one base model with both adapters and calls `measure_side` for
-each; this module answers the prompts and scores every item, keeping the per-item values so the
-two sides can be paired (`paired_intervals`).
+`deploy.release.evaluate` loads each side's model (the base with its adapter merged in) and calls
+`measure_side` with it; this module answers the prompts and scores every item, keeping the
+per-item values so the two sides can be paired (`paired_intervals`).
 
 Design choices:
-- Same model, same prompts, same decoding: one base model, both adapters on it (PEFT named
-  adapters; the bare base is the adapter disabled); greedy answers with the same token budget,
-  but for the model-alone harmlessness axis: several sampled answers a risky prompt, seeded alike
-  on both sides (`risky_answer_sets`), because one answer each left an equal candidate's interval
-  as wide as the tolerance (docs/release.md).
+- Same base, same prompts, same decoding: each side is the base model with its adapter merged
+  into the weights (the bare base for a live release without one; merged, a step costs what the
+  base's does, 0.6x PEFT's adapter at every layer here); greedy answers with the same token
+  budget, but for the model-alone harmlessness axis: several sampled answers a risky prompt,
+  seeded alike on both sides (`risky_answer_sets`), because one answer each left an equal
+  candidate's interval as wide as the tolerance (docs/release.md).
 - HH accuracy is scored the same way on both sides: the mean log-likelihood per answer token of
-  the chosen and the rejected answer under the side's own model (adapter on, or the bare base).
-  The implicit reward (log π − log π_ref) would measure only what a policy *changed* against its
-  reference and is identically 0 for the bare base (every pair a tie), so a candidate compared
-  with a base live release would face a meaningless 0; and a candidate that continues from live's
-  adapter has a different reference from live's. The log-likelihood is defined for any model,
-  needs one pass per side, and its per-token mean keeps the length of an answer from deciding.
+  the chosen and the rejected answer under the side's own model. The implicit reward
+  (log π − log π_ref) would measure only what a policy *changed* against its reference and is
+  identically 0 for the bare base (every pair a tie), so a candidate compared with a base live
+  release would face a meaningless 0; and a candidate that continues from live's adapter has a
+  different reference from live's. The log-likelihood is defined for any model, needs one pass
+  per side, and its per-token mean keeps the length of an answer from deciding.
 - Answers are rendered as the chat renders them (`chat.steering.render`): the steering reaches
   the model where it does in the served chat (the SteerLM template line, or instructions after
   the user's question), so the steerability axis measures what users get.
@@ -43,7 +44,6 @@ Design choices:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,7 +56,6 @@ Progress = Callable[[str], None]
 @dataclass
 class Side:
     name: str  # "candidate" or "live"
-    adapter: str | None  # PEFT adapter name in the shared model, None = the bare base model
     cache: Any = None  # deploy.release.answer_cache.AnswerCache of this side's release, or None
 
 
@@ -83,14 +82,6 @@ class SideScores:
     items: dict[str, list] = field(default_factory=dict)  # axis -> per-item values (steer: rows)
     hh_groups: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
-
-
-def use(model: Any, side: Side):
-    """Context in which `model` answers as `side` (its adapter, or the adapter disabled)."""
-    if side.adapter is None:
-        return model.disable_adapter()
-    model.set_adapter(side.adapter)
-    return contextlib.nullcontext()
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
@@ -140,13 +131,12 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     out = SideScores()
     inp, cached_judges = _judged_through_cache(inp, side.cache) if side.cache is not None else (inp, [])
     answer = _answer_fn(model, tokenizer, inp.settings, cache=side.cache)
-    with use(model, side):
-        inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
-        advice = answer(inp.prompts)
-        draws = inp.settings.gate.harmlessness_draws
-        inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts"
-                + (f", {draws} sampled answers each" if draws > 1 else ""))
-        risky_sets = risky_answer_sets(model, tokenizer, inp.settings, inp.risky, cache=side.cache)
+    inp.say(f"{side.name}: answering {len(inp.prompts)} advice requests")
+    advice = answer(inp.prompts)
+    draws = inp.settings.gate.harmlessness_draws
+    inp.say(f"{side.name}: answering {len(inp.risky)} risky prompts"
+            + (f", {draws} sampled answers each" if draws > 1 else ""))
+    risky_sets = risky_answer_sets(model, tokenizer, inp.settings, inp.risky, cache=side.cache)
     inp.say(f"{side.name}: judging the answers")
     help_result = helpfulness_on_prompts(inp.helpful_judge, inp.scale, inp.prompts, advice)
     out.metrics["helpfulness"], out.items["helpfulness"] = help_result.score, list(help_result.per_question)
@@ -244,12 +234,11 @@ def _served(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores
         generate = lambda questions: [by_prompt[q] for q in questions]
     inp.say(f"{side.name}: {len(inp.risky)} risky prompts as served"
             f"{' (safety policy)' if inp.policy else ''}{' (guard)' if inp.guard is not None else ''}")
-    with use(model, side):
-        if inp.guard is None:
-            shown, verdicts = generate(inp.risky), []
-        else:
-            pairs = served_answers(inp.guard, inp.risky, generate)
-            shown, verdicts = [text for text, _ in pairs], [v["verdict"] for _, v in pairs]
+    if inp.guard is None:
+        shown, verdicts = generate(inp.risky), []
+    else:
+        pairs = served_answers(inp.guard, inp.risky, generate)
+        shown, verdicts = [text for text, _ in pairs], [v["verdict"] for _, v in pairs]
     harm = harmlessness(inp.risky, shown, inp.harmless_judge)
     flagged = {f["prompt"] for f in harm.flagged}
     out.metrics["served_harmlessness"] = harm.score
@@ -273,8 +262,7 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
     if side.cache is not None:  # the live release's scores of these pairs, from its last gate
         scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "max_length": batch.max_length,
                                             "bf16": batch.bf16, "share_prompts": batch.share_prompts})
-    with use(model, side):
-        report, outcomes, groups = evaluate_hh_pairs(inp.hh_subsets, scorer)
+    report, outcomes, groups = evaluate_hh_pairs(inp.hh_subsets, scorer)
     out.metrics["hh_accuracy"] = report.mean
     out.items["hh_accuracy"] = [1.0 if ok else 0.0 for ok in outcomes]
     out.hh_groups = groups
@@ -310,8 +298,7 @@ def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores)
     gs = inp.settings.gate
     inp.say(f"{side.name}: steering grid, {len(inp.steer_prompts)} prompts × {len(gs.steer_values)} values × 2 "
             f"sliders (verbosity answers up to {gs.steer_max_new_tokens} tokens)")
-    with use(model, side):
-        rows = steer_grid(model, tokenizer, inp.settings, inp.steer_prompts, cache=side.cache)
+    rows = steer_grid(model, tokenizer, inp.settings, inp.steer_prompts, cache=side.cache)
     summary = score(rows)
     out.metrics["steerability"] = summary["score"]
     out.items["steerability"] = rows

@@ -213,6 +213,29 @@ def test_a_second_gate_generates_only_the_candidates_answers(trained, builtin_mo
     assert changed.details["live"]["cached_judge_scores"]["scored"] > 0  # other answers, judged afresh
 
 
+def test_a_side_is_its_adapter_merged_into_the_base(trained, builtin_model_dir):
+    """The gate answers with each side's adapter folded into the weights: the merged model's
+    logits are the adapter-on-the-base model's up to float rounding, far closer to them than the
+    base's; with no adapter it is the base itself."""
+    import torch
+
+    from deploy.release.models import load_causal_lm, load_merged
+
+    _, run_dir = trained
+    adapter = run_dir / "adapter"
+    peft, tokenizer = load_causal_lm(builtin_model_dir, {"candidate": adapter})
+    merged, _ = load_merged(builtin_model_dir, adapter)
+    base, _ = load_merged(builtin_model_dir, None)
+    assert not hasattr(merged, "peft_config") and not hasattr(base, "peft_config")
+    ids = tokenizer("My roommate never does the dishes. What should I say?", return_tensors="pt")
+    with torch.inference_mode():
+        with_adapter, folded, bare = (m(**ids).logits for m in (peft, merged, base))
+        with peft.disable_adapter():
+            assert torch.equal(peft(**ids).logits, bare)
+    moved = (with_adapter - bare).abs().max().item()
+    assert moved > 0 and (folded - with_adapter).abs().max().item() <= 1e-2 * moved
+
+
 def _copy_run(store: Store, run_dir, base_model, dest) -> str:
     import shutil
 
