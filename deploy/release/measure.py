@@ -6,11 +6,11 @@ per-item values so the two sides can be paired (`paired_intervals`).
 
 Design choices:
 - Same base, same prompts, same decoding: each side is the base model with its adapter merged
-  into the weights (the bare base for a live release without one; merged, a step costs what the
-  base's does, 0.6x PEFT's adapter at every layer here, `bench/generation_batch.py`); greedy answers with the same token
-  budget, but for the model-alone harmlessness axis: several sampled answers a risky prompt,
-  seeded alike on both sides (`risky_answer_sets`), because one answer each left an equal
-  candidate's interval as wide as the tolerance (docs/release.md).
+  into the weights (the bare base for a live release without one; merged, a decoding step costs
+  what the base's does: 0.75x the time with PEFT's adapter at every layer, on this CPU); greedy
+  answers with the same token budget, but for the model-alone harmlessness axis: several sampled
+  answers a risky prompt, seeded alike on both sides (`risky_answer_sets`), because one answer
+  each left an equal candidate's interval as wide as the tolerance (docs/release.md).
 - HH accuracy is scored the same way on both sides: the mean log-likelihood per answer token of
   the chosen and the rejected answer under the side's own model. The implicit reward
   (log π − log π_ref) would measure only what a policy *changed* against its reference and is

@@ -96,7 +96,7 @@ def load_causal_lm(model_path: str | Path, adapters: Mapping[str, str | Path | N
 def load_merged(model_path: str | Path, adapter: str | Path | None) -> tuple[Any, Any]:
     """(plain model in eval mode, tokenizer): the base model with `adapter` merged into its
     weights, or the bare base for None. It answers as the adapter on the base does, up to float
-    rounding, in about 0.6x the time on this CPU (`bench/generation_batch.py`)."""
+    rounding, in 0.75x the time on a 2-core CPU (`bench/generation_batch.py`)."""
     model, tokenizer = load_causal_lm(model_path, {"merged": adapter})
     if adapter is not None:
         model = model.merge_and_unload()
