@@ -3,9 +3,9 @@
     .venv/bin/python bench/gate_hh.py [--data-dir .cache/test] [--limit N] [--out bench/results/gate-hh.json]
 
 The gate scores the shipped HH sample (400 pairs, 800 answers) once per side by mean
-log-likelihood per answer token. This bench scores it as the gate's two sides see it (the base
-model with a LoRA adapter of the trainer's shape, disabled for "live" and enabled for
-"candidate") under each setting:
+log-likelihood per answer token. This bench scores it on the base model with a LoRA adapter of
+the trainer's shape on through PEFT, disabled for "live" and enabled for "candidate" (the gate
+now merges each side's adapter into the weights, which costs less than this) under each setting:
 
 - `fp32, 1 worker`: `BatchConfig(workers=1)`, float32, torch's own intra-op threads;
 - `bf16, 1 worker`: the same under bfloat16 autocast;

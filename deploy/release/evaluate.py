@@ -30,6 +30,7 @@ Design choices:
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -189,11 +190,16 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     live_id = live.id if live is not None else None
     inputs, notes = _inputs(settings, say)
     say(f"loading {candidate.base_model} with the candidate's adapter merged in")
-    cand = measure_side(*_load(candidate.base_model, candidate.adapter_path), Side(CANDIDATE), inputs)
+    model, tokenizer = _load(candidate.base_model, candidate.adapter_path)
+    cand = measure_side(model, tokenizer, Side(CANDIDATE), inputs)
+    del model
+    gc.collect()  # one copy of the weights in memory at a time
     cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
         if live_id else None
     say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone"))
-    other = measure_side(*_load(candidate.base_model, live_adapter), Side(LIVE, cache), inputs)
+    model, tokenizer = _load(candidate.base_model, live_adapter)
+    other = measure_side(model, tokenizer, Side(LIVE, cache), inputs)
+    del model
     if cache is not None:
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")

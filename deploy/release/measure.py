@@ -53,6 +53,11 @@ from deploy.release.gate import AXES
 Progress = Callable[[str], None]
 
 
+# In the answer and HH cache keys: how the side's adapter reaches its weights. Merged and PEFT's
+# per-layer product round differently, and one flipped token changes a sampled draw after it.
+WEIGHTS = "merged"
+
+
 @dataclass
 class Side:
     name: str  # "candidate" or "live"
@@ -108,7 +113,8 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     b = settings.backend
     tokens = max_new_tokens or (b.max_new_tokens if sampled else settings.gate.max_new_tokens)
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
-    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", **({"draw": draw} if draw else {})}
+    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", "weights": WEIGHTS,
+                  **({"draw": draw} if draw else {})}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size or settings.gate.batch_size,
                           template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
     if cache is None:
@@ -260,7 +266,7 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
     batch = BatchConfig.for_this_machine(workers=1)
     scorer = LogLikelihoodScorer(model, tokenizer, batch, mean=True)
     if side.cache is not None:  # the live release's scores of these pairs, from its last gate
-        scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "max_length": batch.max_length,
+        scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "weights": WEIGHTS, "max_length": batch.max_length,
                                             "bf16": batch.bf16, "share_prompts": batch.share_prompts})
     report, outcomes, groups = evaluate_hh_pairs(inp.hh_subsets, scorer)
     out.metrics["hh_accuracy"] = report.mean

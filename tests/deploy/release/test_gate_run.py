@@ -47,14 +47,33 @@ def _succeeded_run(store: Store, run_dir, base_model) -> str:
     return run.id
 
 
-def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builtin_model_dir, tmp_path):
+def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builtin_model_dir, tmp_path, monkeypatch):
+    import weakref
+
+    # Imported first: bitsandbytes' first import logs a caught exception, and pytest's log capture
+    # keeps it, with the frames of whatever loaded a model at the time.
+    import bitsandbytes  # noqa: F401
+    import peft  # noqa: F401
+
+    import deploy.release.evaluate
+
     root, run_dir = trained
+    real, loaded = deploy.release.evaluate.load_merged, []
+
+    def tracked(base_model, adapter):  # each side loaded in turn, the first freed before the second
+        assert all(ref() is None for ref, _ in loaded), "the candidate's model is still in memory"
+        model, tokenizer = real(base_model, adapter)
+        loaded.append((weakref.ref(model), adapter))
+        return model, tokenizer
+
+    monkeypatch.setattr(deploy.release.evaluate, "load_merged", tracked)
     settings = tiny_settings(root / "data", builtin_model_dir, **GATE)  # HH: the sample shipped in the package
     messages: list[str] = []
     with Store(settings.db_path) as store:
         base = ensure_base_release(store, str(builtin_model_dir))
         run_id = _succeeded_run(store, run_dir, builtin_model_dir)
         outcome = gate_candidate(store, settings, run_id, progress=messages.append)
+        assert [adapter is None for _, adapter in loaded] == [False, True]  # the candidate's, then the bare base
 
         release = store.releases.get(outcome.release_id)
         assert release.run_id == run_id and release.status == ("candidate" if outcome.decision.promote else "rejected")
