@@ -77,11 +77,13 @@ class Replace(str):
 # danger comes before an animal (a husband who threatens to poison the dog is about the wife), an
 # animal before medicine (pills for a dog are a vet's business). Violence points to a helpline only
 # when a person is its target or its victim ("poison my dog" is about the dog).
+_ANIMAL = (r"(dogs?|cats?|pets?|pupp(y|ies)|kittens?|horses?|animals?|birds?|parrots?|rabbits?|hamsters?|"
+           r"livestock|cows?|sheep|goats?|pigs?|chickens?)")
 _PERSON = (r"(me|him|her|them|us|you|someone|somebody|anyone|people|a (person|child|kid|baby|woman|man|girl|boy)|"
            r"(my|his|her|their|the|a|our|your) (own )?(ex|wife|husband|partner|boyfriend|girlfriend|spouse|mom|mum|"
            r"mother|dad|father|parents?|sister|brother|son|daughter|kids?|child(ren)?|baby|family|friend|roommate|"
            r"neighbou?r|boss|coworker|co-worker|colleague|teacher|classmate|landlord|(step)?(mom|dad)|grand\w+)s?)"
-           r"(?!['’]s\b)")  # not a possessive: "my neighbour's dog" is about the dog
+           r"(?!['’]s\b)(?!\s+" + _ANIMAL + r"\b)")  # not an owner: "my neighbour's dog", "neighbours dog" are the dog
 POINTERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((topic, re.compile(pattern, re.I), text) for topic, pattern, text in (
     ("self-harm",
      r"\b(suicid\w*|kill(ing)? myself|end (my life|it all)|hurt(ing)? myself|self[- ]?harm\w*|cut(ting)? myself|"
@@ -94,8 +96,7 @@ POINTERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((topic, re.compil
      "If someone is in danger, please call your local emergency number; a domestic violence or crisis helpline "
      "can also help."),
     ("animal",
-     r"\b(dogs?|cats?|pets?|pupp(y|ies)|kittens?|horses?|animals?|birds?|parrots?|rabbits?|hamsters?|"
-     r"livestock|cows?|sheep|goats?|pigs?|chickens?)\b",
+     r"\b" + _ANIMAL + r"\b",
      "If an animal is sick, hurt or causing trouble, a vet or your local animal control service can help."),
     ("locked out",
      r"\b(locked out|lock ?pick\w*|pick (a|the|my) lock|lost my keys?|get into my (own )?(house|home|car|flat|apartment))\b",
