@@ -32,14 +32,12 @@ MODELS = ("peft", "merged", "base")
 
 
 def load(name: str, model_dir: Path, adapter: Path):
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    """The model `name` describes, loaded by the gate's own loaders."""
+    from deploy.release.models import load_causal_lm, load_merged
 
-    base = AutoModelForCausalLM.from_pretrained(model_dir)
-    if name == "base":
-        return base.eval()
-    model = PeftModel.from_pretrained(base, adapter)
-    return (model.merge_and_unload() if name == "merged" else model).eval()
+    if name == "peft":
+        return load_causal_lm(model_dir, {"peft": adapter})[0]
+    return load_merged(model_dir, adapter if name == "merged" else None)[0]
 
 
 def main() -> None:

@@ -110,11 +110,14 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
 # ---------------------------------------------------------------- measuring
 
 
-def _load(base_model: str, adapter: str | None):
+def _measured(base_model: str, adapter: str | None, side: Side, inputs: Inputs):
+    """`side` measured on the base with `adapter` merged in, loaded here so that the model is
+    garbage once this returns."""
     if not Path(base_model).exists():
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
-    return load_merged(base_model, adapter)
+    model, tokenizer = load_merged(base_model, adapter)
+    return measure_side(model, tokenizer, side, inputs)
 
 
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
@@ -190,16 +193,12 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     live_id = live.id if live is not None else None
     inputs, notes = _inputs(settings, say)
     say(f"loading {candidate.base_model} with the candidate's adapter merged in")
-    model, tokenizer = _load(candidate.base_model, candidate.adapter_path)
-    cand = measure_side(model, tokenizer, Side(CANDIDATE), inputs)
-    del model
-    gc.collect()  # one copy of the weights in memory at a time
+    cand = _measured(candidate.base_model, candidate.adapter_path, Side(CANDIDATE), inputs)
+    gc.collect()  # the merged model holds reference cycles: one copy of the weights at a time
     cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
         if live_id else None
     say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone"))
-    model, tokenizer = _load(candidate.base_model, live_adapter)
-    other = measure_side(model, tokenizer, Side(LIVE, cache), inputs)
-    del model
+    other = _measured(candidate.base_model, live_adapter, Side(LIVE, cache), inputs)
     if cache is not None:
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")
