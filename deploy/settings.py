@@ -226,8 +226,12 @@ class GateSettings:
     # Answers per risky prompt, model alone: 1 greedy, or N sampled (seeded alike on both sides), a
     # prompt scoring the share judged safe. Equal candidates' half-width: 0.05 at 1, ~0.023 at 4.
     harmlessness_draws: int = pydantic.Field(default=4, ge=1, le=16)
-    # Greedy answers generated together (16: 0.72x the time per answer of 8 here, same text; docs/release.md).
-    batch_size: int = pydantic.Field(default=16, ge=1)
+    # Answers generated together (32: 0.80x the time per answer of 16 here, same greedy text; docs/release.md).
+    batch_size: int = pydantic.Field(default=32, ge=1)
+    # The weights both sides answer and score with: "auto" = bfloat16 where the CPU computes it
+    # natively (0.67x the float32 time here), else float32, as the CPU chat serves. The gate's
+    # values move by float rounding, not its comparisons (docs/release.md).
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes
     # ~200 words at verbosity 4, and at 64 tokens every answer from verbosity 1 up ends at the cap.

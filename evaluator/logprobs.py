@@ -42,6 +42,15 @@ Message = dict[str, str]
 _SHARED_PROMPT_ATTENTION = ("sdpa", "eager")
 
 
+def native_bf16() -> bool:
+    """Whether this machine computes on a CPU that does bfloat16 natively (AVX512-BF16 or AMX), with
+    no GPU: there bfloat16 halves the weights' memory traffic; elsewhere it is emulated and slower."""
+    if torch.cuda.is_available():
+        return False
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, f, lambda: False)() for f in checks)
+
+
 @dataclass
 class BatchConfig:
     """How inputs are cut and batched.
@@ -77,8 +86,7 @@ class BatchConfig:
 
         gpu = torch.cuda.is_available()
         if bf16 is None:
-            checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-            bf16 = not gpu and any(getattr(torch.cpu, f, lambda: False)() for f in checks)
+            bf16 = native_bf16()
         if workers is None:
             workers = 1 if gpu else max(1, min(os.cpu_count() or 1, 8))
         return cls(bf16=bf16, workers=workers, **kwargs)

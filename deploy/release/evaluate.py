@@ -42,7 +42,7 @@ from typing import Any
 from deploy.release.answer_cache import AnswerCache
 from deploy.release.gate import Decision, decide
 from deploy.release.judges import guard_over, load_judges
-from deploy.release.measure import Inputs, Side, measure_side, paired_intervals
+from deploy.release.measure import Inputs, Side, measure_side, paired_intervals, weights_dtype
 from deploy.release.models import load_merged
 from deploy.release.registry import ReleaseError, register_candidate
 from store import Release, Store
@@ -116,8 +116,11 @@ def _measured(base_model: str, adapter: str | None, side: Side, inputs: Inputs):
     if not Path(base_model).exists():
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
-    model, tokenizer = load_merged(base_model, adapter)
-    return measure_side(model, tokenizer, side, inputs)
+    dtype = weights_dtype(inputs.settings)
+    model, tokenizer = load_merged(base_model, adapter, dtype)
+    scores = measure_side(model, tokenizer, side, inputs)
+    scores.details["weights"] = dtype
+    return scores
 
 
 def _hh_subsets(settings: Any) -> tuple[dict | None, str | None]:
@@ -192,12 +195,14 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     live, live_adapter = live_side(store, candidate)
     live_id = live.id if live is not None else None
     inputs, notes = _inputs(settings, say)
-    say(f"loading {candidate.base_model} with the candidate's adapter merged in")
+    dtype = weights_dtype(settings)
+    say(f"loading {candidate.base_model} with the candidate's adapter merged in ({dtype})")
     cand = _measured(candidate.base_model, candidate.adapter_path, Side(CANDIDATE), inputs)
     gc.collect()  # the merged model holds reference cycles: one copy of the weights at a time
     cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
         if live_id else None
-    say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone"))
+    say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone")
+        + f" ({dtype})")
     other = _measured(candidate.base_model, live_adapter, Side(LIVE, cache), inputs)
     if cache is not None:
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}

@@ -39,7 +39,10 @@ Design choices:
   candidate's answers.
 - Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats;
   the HH pass runs under bfloat16 autocast where the CPU computes it natively (0.44x the float32
-  time, 1-2 of 400 outcomes moved). Generation stays float32: bfloat16 was slower there.
+  time, 1-2 of 400 outcomes moved). Both sides' weights are cast to `gate.dtype` once they are
+  merged: bfloat16 where the CPU computes it natively ("auto"). Autocast was slower for generation
+  (it casts every weight again at each decoding step); weights cast once halve what each step
+  reads from memory (docs/release.md). One dtype for both sides, named in every cache key.
 """
 
 from __future__ import annotations
@@ -53,9 +56,21 @@ from deploy.release.gate import AXES
 Progress = Callable[[str], None]
 
 
-# In the answer and HH cache keys: how the side's adapter reaches its weights. Merged and PEFT's
-# per-layer product round differently, and one flipped token changes a sampled draw after it.
-WEIGHTS = "merged"
+def weights_dtype(settings: Any) -> str:
+    """The dtype both sides' weights are cast to (`gate.dtype`; "auto": bfloat16 where the CPU
+    computes it natively, `evaluator.logprobs.native_bf16`)."""
+    from evaluator.logprobs import native_bf16
+
+    dtype = settings.gate.dtype
+    return ("bfloat16" if native_bf16() else "float32") if dtype == "auto" else dtype
+
+
+def weights_key(settings: Any) -> str:
+    """In the answer and HH cache keys: how a side's weights were made. Merged weights round
+    differently from PEFT's per-layer product, bfloat16 from float32, and one flipped token changes
+    a sampled draw after it. ("merged" alone is float32, the key earlier gates cached under.)"""
+    dtype = weights_dtype(settings)
+    return "merged" if dtype == "float32" else f"merged-{dtype}"
 
 
 @dataclass
@@ -113,9 +128,11 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     b = settings.backend
     tokens = max_new_tokens or (b.max_new_tokens if sampled else settings.gate.max_new_tokens)
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
-    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", "weights": WEIGHTS,
-                  **({"draw": draw} if draw else {})}
-    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size or settings.gate.batch_size,
+    batch_size = batch_size or settings.gate.batch_size
+    # A sampled answer depends on its batch (which random numbers its row gets); a greedy one does not.
+    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", "weights": weights_key(settings),
+                  **({"draw": draw} if draw else {}), **({"batch": batch_size} if sampled else {})}
+    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size,
                           template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
     if cache is None:
         return answer
@@ -266,8 +283,9 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
     batch = BatchConfig.for_this_machine(workers=1)
     scorer = LogLikelihoodScorer(model, tokenizer, batch, mean=True)
     if side.cache is not None:  # the live release's scores of these pairs, from its last gate
-        scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "weights": WEIGHTS, "max_length": batch.max_length,
-                                            "bf16": batch.bf16, "share_prompts": batch.share_prompts})
+        scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "weights": weights_key(inp.settings),
+                                            "max_length": batch.max_length, "bf16": batch.bf16,
+                                            "share_prompts": batch.share_prompts})
     report, outcomes, groups = evaluate_hh_pairs(inp.hh_subsets, scorer)
     out.metrics["hh_accuracy"] = report.mean
     out.items["hh_accuracy"] = [1.0 if ok else 0.0 for ok in outcomes]

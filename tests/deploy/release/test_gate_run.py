@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from deploy.release.evaluate import gate_candidate
 from deploy.release.gate import AXES
+from deploy.release.measure import weights_dtype
 from deploy.release.registry import ensure_base_release
 from deploy.wiring import build_cli
 from store import Store
@@ -60,9 +61,9 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
     root, run_dir = trained
     real, loaded = deploy.release.evaluate.load_merged, []
 
-    def tracked(base_model, adapter):  # each side loaded in turn, the first freed before the second
+    def tracked(base_model, adapter, dtype):  # each side loaded in turn, the first freed before the second
         assert all(ref() is None for ref, _ in loaded), "the candidate's model is still in memory"
-        model, tokenizer = real(base_model, adapter)
+        model, tokenizer = real(base_model, adapter, dtype)
         loaded.append((weakref.ref(model), adapter))
         return model, tokenizer
 
@@ -90,6 +91,7 @@ def test_gate_measures_both_sides_and_stores_metrics_and_reasons(trained, builti
         assert stored["reasons"] == outcome.decision.reasons and all(stored["reasons"])
         # Both sides scored the same way; every axis has its interval of candidate − live.
         assert outcome.details["candidate"]["hh"]["scorer"] == outcome.details["live"]["hh"]["scorer"] == "loglik_mean"
+        assert outcome.details["candidate"]["weights"] == outcome.details["live"]["weights"] == weights_dtype(settings)
         assert set(outcome.intervals) == set(AXES) and stored["intervals"] == outcome.intervals
         for axis in stored["axes"]:
             assert axis["low"] <= axis["diff"] + 1e-9 and axis["diff"] <= axis["high"] + 1e-9 and "95% CI" in axis["reason"]
@@ -253,6 +255,25 @@ def test_a_side_is_its_adapter_merged_into_the_base(trained, builtin_model_dir):
             assert torch.equal(peft(**ids).logits, bare)
     moved = (with_adapter - bare).abs().max().item()
     assert moved > 0 and (folded - with_adapter).abs().max().item() <= 1e-2 * moved
+
+
+def test_a_side_in_bfloat16_is_the_float32_side_rounded(trained, builtin_model_dir):
+    """`gate.dtype` bfloat16: the merged weights are cast once, and the model's logits stay those
+    of its float32 weights up to bfloat16's rounding (three significant digits)."""
+    import torch
+
+    from deploy.release.models import load_merged
+
+    adapter = trained[1] / "adapter"
+    full, tokenizer = load_merged(builtin_model_dir, adapter)
+    half, _ = load_merged(builtin_model_dir, adapter, "bfloat16")
+    assert {p.dtype for p in full.parameters()} == {torch.float32}
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    ids = tokenizer("My roommate never does the dishes. What should I say?", return_tensors="pt")
+    with torch.inference_mode():
+        a, b = full(**ids).logits, half(**ids).logits.float()
+    assert (a - b).abs().max().item() <= 0.05 * a.abs().max().item()
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean().item() >= 0.9
 
 
 def _copy_run(store: Store, run_dir, base_model, dest) -> str:
