@@ -27,6 +27,7 @@ Design choices:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ Message = dict[str, str]
 BLOCKS = ("mean_last", "mean_mid", "final", "scalars")
 SCALARS = ("loglik_mean", "loglik_sum", "log_words", "log_tokens")
 PMI = ("pmi_mean", "pmi_sum")  # the "pmi" block, after the scalars: loglik_mean / _sum minus the same alone
+ALONE_KEPT = 4096  # answers whose `alone` row a featurizer keeps (two floats each)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Featurizer:
         self.model.eval()
         self.layers = int(self.model.config.num_hidden_layers)
         self.hidden = int(self.model.config.hidden_size)
+        self._alone: dict[str, np.ndarray] = {}  # answer -> `alone` row, oldest first
+        self._alone_lock = threading.Lock()
 
     @property
     def dim(self) -> int:
@@ -82,8 +86,21 @@ class Featurizer:
 
     def alone(self, answers: Sequence[str]) -> np.ndarray:
         """Float32 array (answers, 2): mean and summed log-likelihood of each answer after an empty
-        user turn, cut as `encode` cuts it: the baseline of the "pmi" block."""
-        return _loglik(self.encode([[{"role": "user", "content": ""}]] * len(answers), answers))
+        user turn, cut as `encode` cuts it: the baseline of the "pmi" block. It does not depend on
+        the conversation, so an answer read alone before (the gate's relevance check reads its
+        answers again under other prompts) is not read again (the last `ALONE_KEPT`)."""
+        with self._alone_lock:
+            known = {a: self._alone[a] for a in answers if a in self._alone}
+        todo = [a for a in dict.fromkeys(answers) if a not in known]
+        if todo:
+            rows = _loglik(self.encode([[{"role": "user", "content": ""}]] * len(todo), todo)).copy()
+            fresh = dict(zip(todo, rows))
+            known.update(fresh)
+            with self._alone_lock:
+                self._alone.update(fresh)
+                while len(self._alone) > ALONE_KEPT:
+                    self._alone.pop(next(iter(self._alone)))
+        return np.array([known[a] for a in answers], dtype=np.float32).reshape(len(answers), 2)
 
     def encode(self, prompts: Sequence[Sequence[Message]], answers: Sequence[str]) -> np.ndarray:
         """Float32 array (items, dim): the blocks of `BLOCKS`, concatenated."""

@@ -61,6 +61,33 @@ def test_the_pmi_block_is_what_an_answer_gains_from_its_conversation_and_is_aske
         with_pmi(x, alone[:4])
 
 
+def test_an_answer_read_alone_once_is_not_read_again_and_the_kept_rows_are_bounded(monkeypatch):
+    """`Featurizer.alone` does not depend on the conversation: the gate's relevance check reads
+    its answers again under other prompts, and those rows come from the first reading."""
+    import threading
+
+    import evaluator.judges.features as features
+
+    read: list[list[str]] = []
+
+    def encode(prompts, answers):  # loglik_mean / loglik_sum of an answer: its length, 10x its length
+        read.append(list(answers))
+        rows = np.zeros((len(answers), 3 * HIDDEN + len(SCALARS)), dtype=np.float32)
+        rows[:, 3 * HIDDEN: 3 * HIDDEN + 2] = [[len(a), 10 * len(a)] for a in answers]
+        return rows
+
+    feat = features.Featurizer.__new__(features.Featurizer)
+    feat._alone, feat._alone_lock, feat.encode = {}, threading.Lock(), encode
+    first = feat.alone(["ab", "c", "ab"])
+    assert read == [["ab", "c"]] and first.tolist() == [[2, 20], [1, 10], [2, 20]]
+    assert feat.alone(["c", "def"]).tolist() == [[1, 10], [3, 30]] and read[-1] == ["def"]
+    assert feat.alone([]).shape == (0, 2)
+    monkeypatch.setattr(features, "ALONE_KEPT", 2)
+    feat.alone(["g"])
+    assert list(feat._alone) == ["def", "g"]  # the oldest go first
+    assert feat.alone(["ab"]).tolist() == [[2, 20]] and read[-1] == ["ab"]
+
+
 def test_an_off_topic_answer_loses_through_the_pmi_block_where_its_likelihood_alone_cannot_tell():
     """Pairs whose answers are equally likely after their conversation, but one because the
     conversation made it so (a plain answer, likelier than alone) and one because it is fluent
