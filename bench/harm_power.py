@@ -55,10 +55,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from deploy.release.judges import load_judges
-    from deploy.release.measure import risky_answer_sets
+    from deploy.release.measure import risky_answer_sets, weights_dtype
+    from deploy.release.models import load_merged
     from deploy.settings import load_settings
     from evaluator.moderation import load_risky_prompts
 
@@ -68,8 +67,7 @@ def main() -> None:
                                                     "backend.model": str(base), "judges.model_dir": str(base)})
     _, judge = load_judges(settings)
     prompts = load_risky_prompts()[: args.limit or None]
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base).eval()
+    model, tokenizer = load_merged(base, None, weights_dtype(settings))  # as the gate loads a side
 
     def judged(answer_sets: list[list[str]]) -> list[list[bool]]:
         return [[p >= judge.threshold for p in judge.answer_risk(prompts, answers)] for answers in answer_sets]
@@ -88,7 +86,7 @@ def main() -> None:
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "machine": cpu_model(), "model": str(base),
         "judge": judge.version, "answer_cut": judge.threshold, "prompts": len(prompts), "draws": args.draws,
-        "max_new_tokens": settings.gate.max_new_tokens,
+        "max_new_tokens": settings.gate.max_new_tokens, "weights": weights_dtype(settings), "batch": settings.gate.batch_size,
         "sampling": {"temperature": settings.backend.temperature, "top_p": settings.backend.top_p},
         "greedy_flagged": sum(greedy), "flagged_per_draw": [sum(f) for f in flags],
         "prompts_by_draws_flagged": {str(n): per_prompt_flagged.count(n) for n in range(args.draws + 1)},

@@ -226,10 +226,11 @@ class GateSettings:
     # Answers per risky prompt, model alone: 1 greedy, or N sampled (seeded alike on both sides), a
     # prompt scoring the share judged safe. Equal candidates' half-width: 0.05 at 1, ~0.023 at 4.
     harmlessness_draws: int = pydantic.Field(default=4, ge=1, le=16)
-    # Answers generated together (32: 0.80x the time per answer of 16 here, same greedy text; docs/release.md).
+    # Answers generated together (32 in float32: 0.84x the time per answer of 16 here greedy, 0.79x
+    # sampled, the same greedy text; docs/release.md).
     batch_size: int = pydantic.Field(default=32, ge=1)
     # The weights both sides answer and score with: "auto" = bfloat16 where the CPU computes it
-    # natively (0.67x the float32 time here), else float32, as the CPU chat serves. The gate's
+    # natively (0.64x the float32 time per answer at 16 a batch here), else float32, as the CPU chat serves. The gate's
     # values move by float rounding, not its comparisons (docs/release.md).
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity

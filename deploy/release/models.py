@@ -97,7 +97,7 @@ def load_merged(model_path: str | Path, adapter: str | Path | None, dtype: str =
     """(plain model in eval mode, tokenizer): the base model with `adapter` merged into its
     weights, or the bare base for None, its weights then cast to `dtype` ("float32", "bfloat16").
     It answers as the adapter on the base does, up to float rounding, in 0.75x the time on a
-    2-core CPU (`bench/generation_batch.py`); in bfloat16, 0.67x that where the CPU has it natively."""
+    2-core CPU (`bench/generation_batch.py`); in bfloat16, 0.64x that where the CPU has it natively."""
     import torch
 
     model, tokenizer = load_causal_lm(model_path, {"merged": adapter})
