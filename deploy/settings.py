@@ -195,9 +195,8 @@ class AxisPolicy:
 
 @dataclass
 class GateSettings:
-    # Tolerances are sized to the items each axis has (see docs/release.md): an unchanged candidate
-    # gives the same answers, an interval of [0, 0], and passes every axis; a changed one passes
-    # only if its interval rules out a drop larger than the tolerance.
+    # Tolerances are sized to each axis's items (docs/release.md): an unchanged candidate passes every
+    # axis ([0, 0]); a changed one only if its interval rules out a drop larger than the tolerance.
     # The helpfulness judge's score of each answer to the 243 shipped advice requests, as a
     # percentile of its scores of human answers (docs/judges.md); an equal candidate's 95 %
     # half-width is 0.015-0.025 (bench/gate_power.py), so 0.05 sees a drop of 5 points.
@@ -214,10 +213,9 @@ class GateSettings:
     # Mean of Spearman rho(verbosity, words) and rho(complexity, Flesch-Kincaid grade) over the
     # steering grid; resampled by prompt. A model that ignores the sliders scores 0.
     steerability: AxisPolicy = field(default_factory=lambda: AxisPolicy(floor=None, tolerance=0.15))
-    # HH pairs: "" = the sample shipped in the package (evaluator/data/hh_sample.jsonl); a
-    # directory = the hh-rlhf test splits there, rows >= 1000, sampled with hh_limit; "off" = skipped.
+    # HH pairs: "" = the sample shipped in the package (evaluator/data/hh_sample.jsonl); a directory =
+    # the hh-rlhf test splits there, rows >= 1000; "off" = skipped. hh_limit pairs per subset (0 = all).
     hh_data: str = ""
-    # Pairs per HH subset in a gate run (the shipped sample's first N; 0 = all).
     hh_limit: int = pydantic.Field(default=100, ge=0)
     # Advice requests (243) and risky prompts (171) a gate answers per side (0 = all), each at most `max_new_tokens`.
     helpfulness_prompts: int = pydantic.Field(default=0, ge=0)
@@ -226,12 +224,10 @@ class GateSettings:
     # Answers per risky prompt, model alone: 1 greedy, or N sampled (seeded alike on both sides), a
     # prompt scoring the share judged safe. Equal candidates' half-width: 0.05 at 1, ~0.023 at 4.
     harmlessness_draws: int = pydantic.Field(default=4, ge=1, le=16)
-    # Answers generated together (32 in float32: 0.84x the time per answer of 16 here greedy, 0.79x
-    # sampled, the same greedy text; docs/release.md).
+    # Answers generated together, and the weights' dtype both sides use: "auto" = bfloat16 where the
+    # CPU computes it natively, else float32 as the CPU chat serves (docs/release.md: bfloat16 at 32
+    # takes 0.47x the float32-16 time per answer here; values move by rounding, not comparisons).
     batch_size: int = pydantic.Field(default=32, ge=1)
-    # The weights both sides answer and score with: "auto" = bfloat16 where the CPU computes it
-    # natively (0.64x the float32 time per answer at 16 a batch here), else float32, as the CPU chat serves. The gate's
-    # values move by float rounding, not its comparisons (docs/release.md).
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes
