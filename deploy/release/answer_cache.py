@@ -17,9 +17,10 @@ Design choices:
 - One JSON-lines file per release under `<data_dir>/gate_answers/`, appended as answers are made
   and read whole when a gate starts; an unreadable line (a crash mid-write) is skipped, so the
   worst a damaged file costs is generating those answers again.
-- A cached answer was generated in another batch than a fresh one would be; greedy decoding with
-  left padding gives the same text in practice (a sampled draw does not: its text depends on the
-  batch and the generator's state, so only a wholly cached or wholly fresh draw repeats itself), and the gate pairs each prompt's two answers
+- The batch size is in the key: a sampled answer's text depends on its batch and the generator's
+  state, and a greedy one in bfloat16 on its batch's padding. Within one batch size, a cached
+  answer may still have been generated beside other prompts than a fresh one would be (only a
+  wholly cached or wholly fresh set repeats itself); the gate pairs each prompt's two answers
   whatever batch they came from. The same holds for a cached HH score (a log-likelihood computed
   in another batch can differ in the last float bits, never in which side of a pair is higher
   unless the two are within that noise, and such a near tie is a coin flip either way).

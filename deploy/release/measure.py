@@ -129,9 +129,10 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     tokens = max_new_tokens or (b.max_new_tokens if sampled else settings.gate.max_new_tokens)
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
     batch_size = batch_size or settings.gate.batch_size
-    # A sampled answer depends on its batch (which random numbers its row gets); a greedy one does not.
+    # An answer depends on its batch: a sampled one on which random numbers its row gets, a greedy
+    # one in bfloat16 on the padding (41 of 64 the same text at 16 and 32 a batch; docs/release.md).
     generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", "weights": weights_key(settings),
-                  **({"draw": draw} if draw else {}), **({"batch": batch_size} if sampled else {})}
+                  "batch": batch_size, **({"draw": draw} if draw else {})}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size,
                           template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
     if cache is None:

@@ -40,11 +40,11 @@ class _KeyRecorder:
         return answer
 
 
-def test_a_sampled_answer_is_cached_under_its_batch_and_a_greedy_one_is_not():
+def test_an_answer_is_cached_under_its_weights_and_batch():
     settings = load_settings(environ={}, overrides={"gate.dtype": "bfloat16", "gate.batch_size": 24})
     cache, tokenizer = _KeyRecorder(), SimpleNamespace(pad_token_id=0, eos_token_id=0)
     measure._answer_fn(None, tokenizer, settings, cache=cache)
     measure._answer_fn(None, tokenizer, settings, cache=cache, sampled=True, draw=2)
     greedy, sampled = cache.generations
     assert greedy["weights"] == sampled["weights"] == "merged-bfloat16"
-    assert "batch" not in greedy and sampled["batch"] == 24 and sampled["draw"] == 2
+    assert greedy["batch"] == sampled["batch"] == 24 and sampled["draw"] == 2 and "draw" not in greedy
