@@ -110,13 +110,12 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
 # ---------------------------------------------------------------- measuring
 
 
-def _measured(base_model: str, adapter: str | None, side: Side, inputs: Inputs):
-    """`side` measured on the base with `adapter` merged in, loaded here so that the model is
-    garbage once this returns."""
+def _measured(base_model: str, adapter: str | None, dtype: str, side: Side, inputs: Inputs):
+    """`side` measured on the base with `adapter` merged in, in `dtype`, loaded here so that the
+    model is garbage once this returns."""
     if not Path(base_model).exists():
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
-    dtype = weights_dtype(inputs.settings)
     model, tokenizer = load_merged(base_model, adapter, dtype)
     scores = measure_side(model, tokenizer, side, inputs)
     scores.details["weights"] = dtype
@@ -197,13 +196,13 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
     inputs, notes = _inputs(settings, say)
     dtype = weights_dtype(settings)
     say(f"loading {candidate.base_model} with the candidate's adapter merged in ({dtype})")
-    cand = _measured(candidate.base_model, candidate.adapter_path, Side(CANDIDATE), inputs)
+    cand = _measured(candidate.base_model, candidate.adapter_path, dtype, Side(CANDIDATE), inputs)
     gc.collect()  # the merged model holds reference cycles: one copy of the weights at a time
     cache = AnswerCache.for_release(settings.data_path, live_id, [candidate.base_model, live_adapter]) \
         if live_id else None
     say(f"loading {candidate.base_model} " + ("with the live adapter merged in" if live_adapter else "alone")
         + f" ({dtype})")
-    other = _measured(candidate.base_model, live_adapter, Side(LIVE, cache), inputs)
+    other = _measured(candidate.base_model, live_adapter, dtype, Side(LIVE, cache), inputs)
     if cache is not None:
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")

@@ -3,7 +3,7 @@
     path = builtin_model(settings, say)                       # built on first use
     found = live_release_model(settings, say)                 # (base model, adapter) or None
     model, tokenizer = load_causal_lm(path, {"default": adapter})
-    model, tokenizer = load_merged(path, adapter, "bfloat16") # the adapter folded into the weights
+    model, tokenizer = load_merged(path, adapter, "bfloat16")  # the adapter folded in, then cast
     scorer = hh_scorer("implicit", path, adapter, beta=0.1, batch=BatchConfig())
 
 Design choices:
