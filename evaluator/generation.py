@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from evaluator.sampling import generate_kwargs
+
 
 def hf_answer_fn(
     model: Any,
@@ -29,8 +31,8 @@ def hf_answer_fn(
     sampling: dict | None = None,
 ):
     """`answer_fn(questions) -> answers` generating greedily with `model` (or with `sampling`,
-    e.g. `{"temperature": 0.7, "top_p": 0.9}`, for a benchmark that needs two draws)."""
-    decoding = {"do_sample": True, **sampling} if sampling else {"do_sample": False}
+    `{"temperature": 0.7, "top_p": 0.9}`, drawn by `evaluator.sampling` as the CPU chat draws them)."""
+    decoding = generate_kwargs(sampling["temperature"], sampling["top_p"]) if sampling else {"do_sample": False}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:

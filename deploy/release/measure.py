@@ -115,6 +115,7 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
+    from evaluator.sampling import NAME as SAMPLER
     from store.attributes import Attributes
 
     attributes = attributes or Attributes()  # what a chat answer gets when nobody moves a slider
@@ -131,7 +132,8 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     batch_size = batch_size or settings.gate.batch_size
     # An answer depends on its batch: a sampled one on which random numbers its row gets, a greedy
     # one in bfloat16 on the padding (41 of 64 the same text at 16 and 32 a batch; docs/release.md).
-    generation = {"max_new_tokens": tokens, "decoding": sampling or "greedy", "weights": weights_key(settings),
+    decoding = {**sampling, "sampler": SAMPLER} if sampling else "greedy"
+    generation = {"max_new_tokens": tokens, "decoding": decoding, "weights": weights_key(settings),
                   "batch": batch_size, **({"draw": draw} if draw else {})}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size,
                           template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)

@@ -40,7 +40,7 @@ class _KeyRecorder:
         return answer
 
 
-def test_an_answer_is_cached_under_its_weights_and_batch():
+def test_an_answer_is_cached_under_its_weights_batch_and_sampler():
     settings = load_settings(environ={}, overrides={"gate.dtype": "bfloat16", "gate.batch_size": 24})
     cache, tokenizer = _KeyRecorder(), SimpleNamespace(pad_token_id=0, eos_token_id=0)
     measure._answer_fn(None, tokenizer, settings, cache=cache)
@@ -48,3 +48,5 @@ def test_an_answer_is_cached_under_its_weights_and_batch():
     greedy, sampled = cache.generations
     assert greedy["weights"] == sampled["weights"] == "merged-bfloat16"
     assert greedy["batch"] == sampled["batch"] == 24 and sampled["draw"] == 2 and "draw" not in greedy
+    # the same distribution, other draws than `transformers`' sampler: answers it drew are not reused
+    assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "topk-nucleus"
