@@ -30,9 +30,10 @@ def hf_answer_fn(
     to_messages: Callable[[str], list[dict]] | None = None,
     sampling: dict | None = None,
 ):
-    """`answer_fn(questions) -> answers` generating greedily with `model` (or with `sampling`,
-    `{"temperature": 0.7, "top_p": 0.9}`, drawn by `evaluator.sampling` as the CPU chat draws them)."""
-    decoding = generate_kwargs(sampling["temperature"], sampling["top_p"]) if sampling else {"do_sample": False}
+    """`answer_fn(questions) -> answers` generating greedily with `model`, or sampling with
+    `sampling`, e.g. `{"temperature": 0.7, "top_p": 0.9}`: the arguments of
+    `evaluator.sampling.generate_kwargs`, so drawn as the CPU chat draws them."""
+    decoding = generate_kwargs(**sampling) if sampling else {"do_sample": False}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:

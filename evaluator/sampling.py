@@ -3,8 +3,9 @@
 `model.generate(do_sample=True, temperature=T, top_p=P)` applies three warpers to each step's
 logits: temperature, top-k (50, the library's default when nobody sets it) and top-p; then
 softmax and `torch.multinomial` over the whole vocabulary. Top-p sorts every row, and on
-SmolLM2's 49,152 tokens that sort and the draw took a third of each decoding step at 32 rows on a
-2-core CPU: 72 ms a draw against 6 ms here, whole answers in 0.66x the time (`bench/sampling.py`).
+SmolLM2's 49,152 tokens that sort and the draw took nearly two-fifths of each decoding step at 32
+rows on a 2-core CPU: 72 ms a draw against 6 ms here, whole answers in 0.66x the time
+(`bench/sampling.py`).
 
 Design choices:
 - The same distribution: top-k first (with the tokens tied with the k-th, as the library keeps
@@ -19,7 +20,10 @@ Design choices:
 - A logits processor under greedy decoding: `generate_kwargs` turns sampling off, and the
   processor, run last, draws the token and leaves it the only one greedy can pick. Streaming,
   stopping criteria and padding of finished rows stay `generate`'s own. Draws use torch's
-  global generator, so `torch.manual_seed` makes them reproducible as before.
+  global generator, so `torch.manual_seed` makes them reproducible as before; a row's draw also
+  depends on how many tokens the widest tie in its batch keeps, so on its batch.
+- Limits: one answer per prompt (`generate` refuses `num_return_sequences` > 1 without
+  sampling), and only temperature, top-p and the fixed top-k.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-NAME = "topk-nucleus"  # what a cache of sampled answers records as the sampler
 TOP_K = 50  # `transformers`' default top-k, which its sampling always applied here
+NAME = f"top{TOP_K}-nucleus"  # what a cache of sampled answers records as the sampler
 
 
 class NucleusSampler(LogitsProcessor):
@@ -52,6 +56,8 @@ class NucleusSampler(LogitsProcessor):
         values, ids = scaled.topk(int((scaled >= kth).sum(dim=-1).max()), dim=-1)
         values = values.masked_fill(values < kth, float("-inf"))  # a shorter tie in another row
         probs = values.softmax(dim=-1)
+        if self.top_p >= 1.0:  # the library skips top-p then; a float cumsum can reach 1 early
+            return values, ids
         before = probs.cumsum(dim=-1) - probs  # the mass of the tokens ranked above each one
         return values.masked_fill(before >= self.top_p, float("-inf")), ids
 

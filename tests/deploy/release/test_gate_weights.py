@@ -49,4 +49,4 @@ def test_an_answer_is_cached_under_its_weights_batch_and_sampler():
     assert greedy["weights"] == sampled["weights"] == "merged-bfloat16"
     assert greedy["batch"] == sampled["batch"] == 24 and sampled["draw"] == 2 and "draw" not in greedy
     # the same distribution, other draws than `transformers`' sampler: answers it drew are not reused
-    assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "topk-nucleus"
+    assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "top50-nucleus"
