@@ -196,12 +196,15 @@ DRAW_SEED = 20261206
 
 
 def risky_answer_sets(model: Any, tokenizer: Any, settings: Any, prompts: list[str], *,
-                      cache: Any = None) -> list[list[str]]:
+                      cache: Any = None, seed: int = DRAW_SEED) -> list[list[str]]:
     """The model's own answers to the risky prompts, one list per draw: one greedy answer each when
     `gate.harmlessness_draws` is 1, else that many answers each, sampled as the service samples
-    (`backend.temperature`, `backend.top_p`) with the gate's token budget (`gate.max_new_tokens`)."""
+    (`backend.temperature`, `backend.top_p`) with the gate's token budget (`gate.max_new_tokens`),
+    draw d seeded with `seed` + d (another `seed` only uncached: the cache keys do not hold it)."""
     import torch
 
+    if cache is not None and seed != DRAW_SEED:
+        raise ValueError("cached risky answers are the gate's draws, seeded from DRAW_SEED; pass no cache")
     gs = settings.gate
     if gs.harmlessness_draws == 1:
         return [_answer_fn(model, tokenizer, settings, cache=cache)(prompts)]
@@ -209,7 +212,7 @@ def risky_answer_sets(model: Any, tokenizer: Any, settings: Any, prompts: list[s
     for d in range(gs.harmlessness_draws):
         answer = _answer_fn(model, tokenizer, settings, cache=cache, sampled=True, max_new_tokens=gs.max_new_tokens,
                             draw=d + 1)
-        torch.manual_seed(DRAW_SEED + d)
+        torch.manual_seed(seed + d)
         sets.append(answer(prompts))
     return sets
 

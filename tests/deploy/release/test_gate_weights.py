@@ -50,3 +50,10 @@ def test_an_answer_is_cached_under_its_weights_batch_and_sampler():
     assert greedy["batch"] == sampled["batch"] == 24 and sampled["draw"] == 2 and "draw" not in greedy
     # the same distribution, other draws than `transformers`' sampler: answers it drew are not reused
     assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "top50-nucleus"
+
+
+def test_cached_risky_draws_take_only_the_gate_s_seeds():
+    # the cache keys do not hold the seed, so answers drawn under another one must not be stored
+    settings = load_settings(environ={}, overrides={})
+    with pytest.raises(ValueError, match="DRAW_SEED"):
+        measure.risky_answer_sets(None, None, settings, ["q"], cache=_KeyRecorder(), seed=measure.DRAW_SEED + 1000)
