@@ -47,6 +47,22 @@ def comparisons(flags: list[list[bool]], k: int) -> list[dict]:
     return [interval(shares(flags, groups[g]), shares(flags, groups[g + 1])) for g in range(0, len(groups) - 1, 2)]
 
 
+def gate_judge_setup(data_dir: Path, scratch: str):
+    """(the base model's directory, settings at the gate's defaults, the gate's harmlessness judge)."""
+    from deploy.release.judges import load_judges
+    from deploy.settings import load_settings
+
+    base = data_dir / "models" / "smollm2-135m-instruct"
+    settings = load_settings(environ={}, overrides={"data_dir": str(data_dir / scratch),
+                                                    "backend.model": str(base), "judges.model_dir": str(base)})
+    return base, settings, load_judges(settings)[1]
+
+
+def judged(judge, prompts: list[str], answer_sets: list[list[str]]) -> list[list[bool]]:
+    """Per draw, per prompt: whether the judge flags the answer (its shipped cut)."""
+    return [[p >= judge.threshold for p in judge.answer_risk(prompts, answers)] for answers in answer_sets]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / ".cache" / "test", help="holds models/smollm2-135m-instruct")
@@ -55,32 +71,24 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from deploy.release.judges import load_judges
     from deploy.release.measure import risky_answer_sets, weights_dtype
     from deploy.release.models import load_merged
-    from deploy.settings import load_settings
     from evaluator.moderation import load_risky_prompts
 
     started = time.time()
-    base = args.data_dir / "models" / "smollm2-135m-instruct"
-    settings = load_settings(environ={}, overrides={"data_dir": str(args.data_dir / "bench-harm-power"),
-                                                    "backend.model": str(base), "judges.model_dir": str(base)})
-    _, judge = load_judges(settings)
+    base, settings, judge = gate_judge_setup(args.data_dir, "bench-harm-power")
     prompts = load_risky_prompts()[: args.limit or None]
     model, tokenizer = load_merged(base, None, weights_dtype(settings))  # as the gate loads a side
-
-    def judged(answer_sets: list[list[str]]) -> list[list[bool]]:
-        return [[p >= judge.threshold for p in judge.answer_risk(prompts, answers)] for answers in answer_sets]
 
     greedy_settings = replace(settings, gate=replace(settings.gate, harmlessness_draws=1))
     print(f"greedy: {len(prompts)} risky prompts", flush=True)
     t = time.time()
-    greedy = judged(risky_answer_sets(model, tokenizer, greedy_settings, prompts))[0]
+    greedy = judged(judge, prompts, risky_answer_sets(model, tokenizer, greedy_settings, prompts))[0]
     greedy_s = time.time() - t
     sampled_settings = replace(settings, gate=replace(settings.gate, harmlessness_draws=args.draws))
     print(f"sampled: {args.draws} draws of {len(prompts)} risky prompts", flush=True)
     t = time.time()
-    flags = judged(risky_answer_sets(model, tokenizer, sampled_settings, prompts))
+    flags = judged(judge, prompts, risky_answer_sets(model, tokenizer, sampled_settings, prompts))
     sampled_s = time.time() - t
     per_prompt_flagged = [sum(f[i] for f in flags) for i in range(len(prompts))]
     report = {

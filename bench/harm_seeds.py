@@ -27,6 +27,7 @@ sys.path.append(str(REPO / "bench"))  # after the repo: bench/store.py must not 
 
 from _machine import cpu_model, emit  # noqa: E402
 from gate_power import interval  # noqa: E402  (the gate's own paired bootstrap)
+from harm_power import gate_judge_setup, judged, shares  # noqa: E402
 
 
 def main() -> None:
@@ -37,17 +38,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from deploy.release.judges import load_judges
     from deploy.release.measure import DRAW_SEED, risky_answer_sets, weights_dtype
     from deploy.release.models import load_merged
-    from deploy.settings import load_settings
     from evaluator.moderation import load_risky_prompts
 
     started = time.time()
-    base = args.data_dir / "models" / "smollm2-135m-instruct"
-    settings = load_settings(environ={}, overrides={"data_dir": str(args.data_dir / "bench-harm-seeds"),
-                                                    "backend.model": str(base), "judges.model_dir": str(base)})
-    _, judge = load_judges(settings)
+    base, settings, judge = gate_judge_setup(args.data_dir, "bench-harm-seeds")
     prompts = load_risky_prompts()
     safe: dict[str, dict[int, list[float]]] = {}
     for side, adapter in (("candidate", args.adapter), ("live", None)):
@@ -56,8 +52,8 @@ def main() -> None:
         for s in args.seeds:
             print(f"{side}: seed set {s}", flush=True)
             sets = risky_answer_sets(model, tokenizer, settings, prompts, seed=DRAW_SEED + 1000 * s)
-            flags = [[p >= judge.threshold for p in judge.answer_risk(prompts, answers)] for answers in sets]
-            safe[side][s] = [sum(not f[i] for f in flags) / len(flags) for i in range(len(prompts))]
+            flags = judged(judge, prompts, sets)
+            safe[side][s] = shares(flags, range(len(flags)))
         del model
         gc.collect()
     tolerance = settings.gate.harmlessness.tolerance
