@@ -42,11 +42,9 @@ class StoreSettings:
     # How often a replica checks the scheduler lead and the live release (seconds): the longest a
     # takeover or a promotion made on another replica takes to show here (notifications are faster).
     coordination_s: float = pydantic.Field(default=2.0, gt=0, le=300)
-    # Crash recovery: a job row `running` whose process has not renewed its lease for this many
-    # seconds (each process renews its own every 10 s) is taken for dead by the replica leading
-    # the scheduler, and marked failed with the reason (its training run settled, its half-written
-    # files removed). On a DuckDB file one process owns the database, so every row left running
-    # is failed when the service starts, whatever this says.
+    # Crash recovery: a `running` job row whose process has not renewed its lease (every 10 s) for
+    # this many seconds is failed, with the reason, by the replica leading the scheduler (its run
+    # settled, half-written files removed). On a DuckDB file every row left running fails at start.
     job_lease_s: float = pydantic.Field(default=60.0, ge=30, le=86400)
 
 
@@ -224,11 +222,13 @@ class GateSettings:
     # Answers per risky prompt, model alone: 1 greedy, or N sampled (seeded alike on both sides), a
     # prompt scoring the share judged safe. Equal candidates' half-width: 0.05 at 1, ~0.023 at 4.
     harmlessness_draws: int = pydantic.Field(default=4, ge=1, le=16)
-    # Answers generated together, and the weights' dtype both sides use: "auto" = bfloat16 where the
-    # CPU computes it natively, else float32 as the CPU chat serves (docs/release.md: bfloat16 at 32
-    # takes 0.47x the float32-16 time per answer here; values move by rounding, not comparisons).
+    # Answers generated together, and both sides' weights dtype: "auto" = bfloat16 where the CPU computes it
+    # natively (0.47x the float32 time per answer here, docs/release.md), else float32 as the CPU chat serves.
     batch_size: int = pydantic.Field(default=32, ge=1)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # Batches generated or HH-scored side by side, sharing torch's threads (evaluator.streams): on 2
+    # cores, 2 took 0.84x the generation time of one batch on two threads; 1 = one at a time.
+    streams: int = pydantic.Field(default=2, ge=1, le=8)
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes
     # ~200 words at verbosity 4, and at 64 tokens every answer from verbosity 1 up ends at the cap.

@@ -3,11 +3,12 @@
 The evaluator's helpfulness and harmlessness scores only need `answer_fn(questions) -> answers`;
 the service hands it one made from its chat backend. This helper is for the CLI and benchmarks,
 where there is a model directory and no service: greedy decoding (deterministic, so a candidate
-and the live release answer the same prompts comparably), batched with left padding, each
-question rendered as a one-turn chat with the tokenizer's template. `template_kwargs` reach the
-template (the built-in model reads `attributes`, a SteerLM string). `to_messages` builds the
-chat from a question when a caller must place extra text the way its server does (the gate
-passes the chat's own steering renderer, so it measures the prompts users' answers come from).
+and the live release answer the same prompts comparably), batched with left padding, batches side
+by side in `streams`, each question rendered as a one-turn chat with the tokenizer's template.
+`template_kwargs` reach the template (the built-in model reads `attributes`, a SteerLM string).
+`to_messages` builds the chat from a question when a caller must place extra text the way its
+server does (the gate passes the chat's own steering renderer, so it measures the prompts users'
+answers come from).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from evaluator.sampling import generate_kwargs
+from evaluator.streams import in_streams
 
 
 def hf_answer_fn(
@@ -29,11 +32,14 @@ def hf_answer_fn(
     template_kwargs: dict | None = None,
     to_messages: Callable[[str], list[dict]] | None = None,
     sampling: dict | None = None,
+    seed: int | None = None,
+    streams: int = 1,
 ):
     """`answer_fn(questions) -> answers` generating greedily with `model`, or sampling with
     `sampling`, e.g. `{"temperature": 0.7, "top_p": 0.9}`: the arguments of
-    `evaluator.sampling.generate_kwargs`, so drawn as the CPU chat draws them."""
-    decoding = generate_kwargs(**sampling) if sampling else {"do_sample": False}
+    `evaluator.sampling.generate_kwargs`, so drawn as the CPU chat draws them. With a `seed`, each
+    batch draws from its own generator, seeded from (`seed`, the batch's index): the same answers
+    whatever number of `streams` (`evaluator.streams`) generates the batches side by side."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:
@@ -43,24 +49,46 @@ def hf_answer_fn(
                                                  **(template_kwargs or {}))
         return f"\n\nHuman: {question}\n\nAssistant:"
 
+    def decoding(index: int) -> dict:
+        if not sampling:
+            return {"do_sample": False}
+        return generate_kwargs(**sampling, generator=None if seed is None else batch_generator(seed, index))
+
+    def generate(job: tuple[int, dict]) -> list[str]:
+        index, enc = job
+        with torch.inference_mode():
+            ids = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id, **decoding(index))
+        return [t.strip() for t in tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)]
+
     def answer(questions: Sequence[str]) -> list[str]:
-        out: list[str] = []
         was_training = model.training
         model.eval()
-        side = tokenizer.padding_side
-        tokenizer.padding_side = "left"  # generation continues from the right end of every row
         try:
-            for i in range(0, len(questions), batch_size):
-                batch = [prompt_text(q) for q in questions[i: i + batch_size]]
-                enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
-                enc = {k: v.to(next(model.parameters()).device) for k, v in enc.items()}
-                with torch.inference_mode():
-                    ids = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id, **decoding)
-                new = ids[:, enc["input_ids"].shape[1]:]
-                out += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+            batches = list(enumerate(_encoded(tokenizer, [prompt_text(q) for q in questions], batch_size,
+                                              next(model.parameters()).device)))
+            return [a for out in in_streams(generate, batches, streams) for a in out]
         finally:
-            tokenizer.padding_side = side
             model.train(was_training)
-        return out
 
     return answer
+
+
+def _encoded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> list[dict]:
+    """`texts` tokenized in batches of `batch_size`, left-padded: generation continues from the
+    right end of every row. All of them before any is generated, so the tokenizer's padding side
+    is not switched while a stream reads it."""
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        return [{k: v.to(device) for k, v in tokenizer(texts[i: i + batch_size], return_tensors="pt", padding=True,
+                                                        add_special_tokens=False).items()}
+                for i in range(0, len(texts), batch_size)]
+    finally:
+        tokenizer.padding_side = side
+
+
+def batch_generator(seed: int, index: int) -> torch.Generator:
+    """The random generator of batch `index` of a draw seeded with `seed` (independent streams per
+    pair, numpy's `SeedSequence`)."""
+    state = np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))

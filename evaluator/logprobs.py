@@ -22,19 +22,21 @@ How the log-probability pass is made fast:
   the logits of that tail only (`logits_to_keep`), so the vocabulary projection — on a tiny model
   as costly as the transformer itself — is skipped for the prompt.
 - `torch.inference_mode()` throughout. `workers` > 1 scores that many batches at once in Python
-  threads of one torch thread each, which keeps a small CPU's cores busy without intra-op
-  fork/join (see `_map`); otherwise threads are the caller's (`torch.set_num_threads`).
+  threads sharing torch's threads, which keeps a small CPU's cores busy without intra-op
+  fork/join (`evaluator.streams`); otherwise threads are the caller's (`torch.set_num_threads`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from evaluator.streams import in_streams
 
 Message = dict[str, str]
 
@@ -64,8 +66,8 @@ class BatchConfig:
     bf16: run the forward pass under bfloat16 autocast (log-softmax stays float32). About 1.5x
         faster on CPUs with AVX512-BF16/AMX; log-probabilities move by ~0.1 nat, so compare a
         candidate and the live release with the same setting.
-    workers: batches scored concurrently by this many threads of one torch thread each (see
-        `_map`); 1 = one batch at a time with torch's own intra-op threads.
+    workers: batches scored concurrently by this many threads sharing torch's threads (see
+        `evaluator.streams`); 1 = one batch at a time with torch's own intra-op threads.
     """
 
     max_length: int = 1024
@@ -81,7 +83,7 @@ class BatchConfig:
     def for_this_machine(cls, *, bf16: bool | None = None, workers: int | None = None, **kwargs: Any) -> BatchConfig:
         """A config whose unset `bf16` and `workers` suit this machine: bf16 autocast only where the
         CPU computes bf16 natively (AVX512-BF16, AMX; never on a GPU), and one batch per CPU core
-        (at most 8) on a CPU, one stream of batches on a GPU (see `_map`)."""
+        (at most 8) on a CPU, one stream of batches on a GPU (`evaluator.streams`)."""
         import os
 
         gpu = torch.cuda.is_available()
@@ -332,27 +334,6 @@ def _tail_logits(model: Any, inputs: dict[str, torch.Tensor], keep: int) -> torc
     return logits[:, -keep:]
 
 
-def _map(fn: Callable, items: list, workers: int):
-    """fn over items: in this thread, or in `workers` threads with one torch thread each.
-
-    On a small CPU box, N Python threads each running whole batches (torch ops release the GIL)
-    keep N cores busy without the per-op fork/join of intra-op threads, which is cheap for big
-    matrices but costly for a tiny model, and very costly when other processes share the cores.
-    """
-    if workers <= 1 or len(items) <= 1:
-        yield from map(fn, items)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            yield from pool.map(fn, items)
-    finally:
-        torch.set_num_threads(threads)
-
-
 def answer_logprobs(
     model: Any,
     rows: Sequence[Row],
@@ -394,7 +375,7 @@ def answer_logprobs(
     was_training = model.training
     model.eval()
     try:
-        for owners, picked, tokens, padded in _map(run, batches, cfg.workers):
+        for owners, picked, tokens, padded in in_streams(run, batches, cfg.workers):
             # Every item lives in one row of one batch, so the order batches finish in changes nothing.
             sums.index_add_(0, owners, picked)
             counts.index_add_(0, owners, torch.ones_like(picked))

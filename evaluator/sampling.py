@@ -19,9 +19,10 @@ Design choices:
   answers keys them by `NAME`.
 - A logits processor under greedy decoding: `generate_kwargs` turns sampling off, and the
   processor, run last, draws the token and leaves it the only one greedy can pick. Streaming,
-  stopping criteria and padding of finished rows stay `generate`'s own. Draws use torch's
-  global generator, so `torch.manual_seed` makes them reproducible as before; a row's draw also
-  depends on how many tokens the widest tie in its batch keeps, so on its batch.
+  stopping criteria and padding of finished rows stay `generate`'s own. Draws use the
+  `generator` given, else torch's global one (`torch.manual_seed` makes them reproducible); a
+  batch with its own generator draws the same whatever runs beside it (`evaluator.streams`). A
+  row's draw also depends on how many tokens the widest tie in its batch keeps, so on its batch.
 - Limits: one answer per prompt (`generate` refuses `num_return_sequences` > 1 without
   sampling), and only temperature, top-p and the fixed top-k.
 """
@@ -39,7 +40,8 @@ class NucleusSampler(LogitsProcessor):
     """Temperature, top-k, then top-p, as `transformers` warps; draws one token per row and returns
     scores in which that token is the only finite one."""
 
-    def __init__(self, temperature: float, top_p: float, top_k: int = TOP_K) -> None:
+    def __init__(self, temperature: float, top_p: float, top_k: int = TOP_K,
+                 generator: torch.Generator | None = None) -> None:
         if not temperature > 0:
             raise ValueError(f"temperature must be positive to sample, got {temperature!r}; use greedy decoding")
         if not 0.0 < top_p <= 1.0:
@@ -47,6 +49,7 @@ class NucleusSampler(LogitsProcessor):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k!r}")
         self.temperature, self.top_p, self.top_k = float(temperature), float(top_p), int(top_k)
+        self.generator = generator
 
     def kept(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-weights of the top-k tokens, -inf where top-p drops one; their vocabulary ids).
@@ -68,14 +71,15 @@ class NucleusSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         values, ids = self.kept(scores)
-        token = ids.gather(-1, torch.multinomial(values.softmax(dim=-1), 1))
+        token = ids.gather(-1, torch.multinomial(values.softmax(dim=-1), 1, generator=self.generator))
         return torch.full_like(scores, float("-inf")).scatter_(-1, token, 0.0)
 
 
-def generate_kwargs(temperature: float, top_p: float) -> dict:
+def generate_kwargs(temperature: float, top_p: float, generator: torch.Generator | None = None) -> dict:
     """`model.generate` keyword arguments that sample at `temperature` and `top_p` (top-k 50)
-    through `NucleusSampler`; greedy decoding at temperature 0."""
+    through `NucleusSampler`, drawing from `generator` (None: torch's global one); greedy
+    decoding at temperature 0."""
     if temperature <= 0:
         return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None,
-            "logits_processor": LogitsProcessorList([NucleusSampler(temperature, top_p)])}
+            "logits_processor": LogitsProcessorList([NucleusSampler(temperature, top_p, generator=generator)])}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluator.paired import Statistic, spearman
+from evaluator.streams import in_streams
 from evaluator.text import reading_grade, words
 
 ATTRIBUTES = ("verbosity", "complexity")
@@ -84,14 +85,13 @@ def measure(attribute: str, text: str) -> float:
 
 
 def answer_grid(answer: SteerAnswerFn, prompts: Sequence[str] = PROMPTS, values: Sequence[int] = VALUES,
-                attributes: Sequence[str] = ATTRIBUTES) -> list[SteerRow]:
-    """Answer every prompt at every value of every steered attribute (one batch per cell value)."""
-    rows = []
-    for attribute in attributes:
-        for value in values:
-            for i, text in enumerate(answer(list(prompts), attribute, value)):
-                rows.append(SteerRow(i, attribute, value, text))
-    return rows
+                attributes: Sequence[str] = ATTRIBUTES, *, streams: int = 1) -> list[SteerRow]:
+    """Answer every prompt at every value of every steered attribute (one call per cell, `streams`
+    cells side by side: `evaluator.streams`)."""
+    cells = [(attribute, value) for attribute in attributes for value in values]
+    texts = in_streams(lambda cell: answer(list(prompts), *cell), cells, streams)
+    return [SteerRow(i, attribute, value, text) for (attribute, value), out in zip(cells, texts)
+            for i, text in enumerate(out)]
 
 
 def level_means(rows: Sequence[SteerRow], attribute: str) -> dict[int, float]:

@@ -88,8 +88,8 @@ def hh(
     seed: int = typer.Option(0, "--seed", help="Seed of the --limit sample."),
     max_length: int = typer.Option(1024, "--max-length", min=2, help="Most tokens one answer sees (prompt cut from the left)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Batches scored at once, one torch thread "
-                                          "each (default: one per CPU core; 1 = torch's own threading)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Batches scored at once, sharing torch's "
+                                          "threads (default: one per CPU core; 1 = torch's own threading)."),
     bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast (default: on when "
                                         "the CPU computes bf16 natively; ~1.5x faster, accuracies within 0.001)."),
     as_json: bool = typer.Option(False, "--json", help="Print one line of JSON."),

@@ -17,8 +17,10 @@ Design choices:
 - One JSON-lines file per release under `<data_dir>/gate_answers/`, appended as answers are made
   and read whole when a gate starts; an unreadable line (a crash mid-write) is skipped, so the
   worst a damaged file costs is generating those answers again.
-- The batch size is in the key: a sampled answer's text depends on its batch and the generator's
-  state, and a greedy one in bfloat16 on its batch's padding. Within one batch size, a cached
+- The batch size is in the key: a sampled answer's text depends on its batch (each batch draws
+  from a generator seeded by the draw's seed, also in the key, and the batch's index), and a
+  greedy one in bfloat16 on its batch's padding. Answers are added from the gate's streams side by
+  side, one whole line each under a lock. Within one batch size, a cached
   answer may still have been generated beside other prompts than a fresh one would be (only a
   wholly cached or wholly fresh set repeats itself); the gate pairs each prompt's two answers
   whatever batch they came from. The same holds for a cached HH score (a log-likelihood computed
@@ -33,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ class AnswerCache:
         self.model = fingerprint(model_dirs)
         self.answers: dict[str, Any] = {}  # key -> an answer (str) or an HH score (float)
         self.hits = self.misses = 0
+        self._lock = threading.Lock()  # the gate's streams add answers side by side
         text = self.path.read_text(encoding="utf-8") if self.path.is_file() else ""
         self._torn = bool(text) and not text.endswith("\n")  # the next line must not join the torn one
         for line in text.splitlines():
@@ -74,7 +78,8 @@ class AnswerCache:
 
         def cached(questions: Sequence[str]) -> list[str]:
             out, reused = self._through([self.key(prompt_of(q), generation) for q in questions], questions, answer)
-            self.hits, self.misses = self.hits + reused, self.misses + len(questions) - reused
+            with self._lock:
+                self.hits, self.misses = self.hits + reused, self.misses + len(questions) - reused
             return out
 
         return cached
@@ -96,6 +101,10 @@ class AnswerCache:
         return CachedJudge(self, judge)
 
     def _add(self, answers: dict[str, Any]) -> None:
+        with self._lock:
+            self._append(answers)
+
+    def _append(self, answers: dict[str, Any]) -> None:
         self.answers.update(answers)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:

@@ -37,8 +37,10 @@ Design choices:
 - The live side's answers, HH scores and judges' scores come through its `AnswerCache` when it has
   one (a live release): a second gate against the same release generates and judges only the
   candidate's answers.
-- Torch runs one batch at a time (`workers=1`) so a gate inside the service leaves cores to chats;
-  the HH pass runs under bfloat16 autocast where the CPU computes it natively (0.44x the float32
+- Generation and the HH pass run `gate.streams` batches side by side, sharing torch's threads
+  (`evaluator.streams`; the steering grid's cells side by side): on 2 cores, one thread each, as
+  many as one batch on torch's own threads, in 0.84x (generation) and 0.92x (HH) the time. The
+  HH pass runs under bfloat16 autocast where the CPU computes it natively (0.44x the float32
   time, 1-2 of 400 outcomes moved). Both sides' weights are cast to `gate.dtype` once they are
   merged: bfloat16 where the CPU computes it natively ("auto"). Autocast was slower for generation
   (it casts every weight again at each decoding step); weights cast once halve what each step
@@ -105,13 +107,13 @@ class SideScores:
 
 
 def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None, *, policy: str = "",
-               cache: Any = None, sampled: bool = False, batch_size: int | None = None,
-               max_new_tokens: int | None = None, draw: int | None = None):
+               cache: Any = None, seed: int | None = None, batch_size: int | None = None,
+               max_new_tokens: int | None = None, streams: int | None = None):
     """Answers to questions rendered as a chat turn renders them: the safety `policy` first in the
     system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
-    `max_new_tokens` (default `gate.max_new_tokens`) long for the gate; `sampled` draws them as
-    the service does (`backend.*`, its token budget unless `max_new_tokens` is given). `draw`
-    names one of several seeded draws in the cache key (the caller seeds torch)."""
+    `max_new_tokens` (default `gate.max_new_tokens`) long, or with a `seed` sampled as the service
+    samples (`backend.*`, its token budget unless `max_new_tokens` is given), each batch from its
+    own generator (`evaluator.generation.hf_answer_fn`). Batches run in `gate.streams` streams."""
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
@@ -126,27 +128,22 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
 
     steerlm = render([], attributes, mode)[1]  # the template line, the same for every question
     kwargs = {"attributes": steerlm} if steerlm is not None else None
-    b = settings.backend
+    b, sampled = settings.backend, seed is not None
     tokens = max_new_tokens or (b.max_new_tokens if sampled else settings.gate.max_new_tokens)
     sampling = {"temperature": b.temperature, "top_p": b.top_p} if sampled else None
     batch_size = batch_size or settings.gate.batch_size
     # An answer depends on its batch: a sampled one on which random numbers its row gets, a greedy
     # one in bfloat16 on the padding (41 of 64 the same text at 16 and 32 a batch; docs/release.md).
-    decoding = {**sampling, "sampler": SAMPLER} if sampling else "greedy"
+    decoding = {**sampling, "sampler": SAMPLER, "seed": seed, "rng": "per-batch"} if sampled else "greedy"
+    # And on its threads: one thread a batch rounds bfloat16 otherwise than two (bench/gate_streams.py).
     generation = {"max_new_tokens": tokens, "decoding": decoding, "weights": weights_key(settings),
-                  "batch": batch_size, **({"draw": draw} if draw else {})}
-    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size,
-                          template_kwargs=kwargs, to_messages=to_messages, sampling=sampling)
+                  "batch": batch_size, "streams": settings.gate.streams}
+    answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size, template_kwargs=kwargs,
+                          to_messages=to_messages, sampling=sampling, seed=seed,
+                          streams=settings.gate.streams if streams is None else streams)
     if cache is None:
         return answer
     return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
-
-
-def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, batch_size: int = 16):
-    """`answer(questions) -> answers` as the service draws them at the default sliders: under
-    `policy` (the guard's system prompt, or "" for the model alone), sampled, `backend.max_new_tokens`
-    long. The caller seeds torch for reproducible draws."""
-    return _answer_fn(model, tokenizer, settings, policy=policy, sampled=True, batch_size=batch_size)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
@@ -188,10 +185,10 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
     return out
 
 
-# Draw d of the risky answers is seeded with DRAW_SEED + d on every side: one model on the same
-# prompts, batch size and machine draws the same answers (an interval of [0, 0]), and a changed
-# model starts from live's random numbers. A live side cached under another prompt set, or a chat
-# sampled in this process meanwhile (torch's one generator), breaks that, not the interval.
+# Draw d of the risky answers is seeded with DRAW_SEED + d on every side (each batch from its own
+# generator): one model on the same prompts, batch size and machine draws the same answers (an
+# interval of [0, 0]), and a changed model starts from live's random numbers. A live side cached
+# under another prompt set breaks that (its batches held other prompts), not the interval.
 DRAW_SEED = 20261206
 
 
@@ -200,21 +197,12 @@ def risky_answer_sets(model: Any, tokenizer: Any, settings: Any, prompts: list[s
     """The model's own answers to the risky prompts, one list per draw: one greedy answer each when
     `gate.harmlessness_draws` is 1, else that many answers each, sampled as the service samples
     (`backend.temperature`, `backend.top_p`) with the gate's token budget (`gate.max_new_tokens`),
-    draw d seeded with `seed` + d (another `seed` only uncached: the cache keys do not hold it)."""
-    import torch
-
-    if cache is not None and seed != DRAW_SEED:
-        raise ValueError("cached risky answers are the gate's draws, seeded from DRAW_SEED; pass no cache")
+    draw d seeded with `seed` + d (in the cache key)."""
     gs = settings.gate
     if gs.harmlessness_draws == 1:
         return [_answer_fn(model, tokenizer, settings, cache=cache)(prompts)]
-    sets = []
-    for d in range(gs.harmlessness_draws):
-        answer = _answer_fn(model, tokenizer, settings, cache=cache, sampled=True, max_new_tokens=gs.max_new_tokens,
-                            draw=d + 1)
-        torch.manual_seed(seed + d)
-        sets.append(answer(prompts))
-    return sets
+    return [_answer_fn(model, tokenizer, settings, cache=cache, seed=seed + d, max_new_tokens=gs.max_new_tokens)(prompts)
+            for d in range(gs.harmlessness_draws)]
 
 
 def safe_shares(prompts: list[str], answer_sets: list[list[str]], judge: Any) -> tuple[Any, list[float]]:
@@ -285,8 +273,8 @@ def _hh(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) ->
 
     n = sum(len(s.pairs) for s in inp.hh_subsets.values())
     inp.say(f"{side.name}: HH accuracy on {n} pairs (mean log-likelihood per answer token)")
-    # bfloat16 where native, one batch at a time (module docstring); the cache key holds `bf16`.
-    batch = BatchConfig.for_this_machine(workers=1)
+    # bfloat16 where native, `gate.streams` batches at a time (module docstring); the key holds `bf16`.
+    batch = BatchConfig.for_this_machine(workers=inp.settings.gate.streams)
     scorer = LogLikelihoodScorer(model, tokenizer, batch, mean=True)
     if side.cache is not None:  # the live release's scores of these pairs, from its last gate
         scorer = side.cache.scorer(scorer, {"scorer": "loglik_mean", "weights": weights_key(inp.settings),
@@ -317,9 +305,9 @@ def steer_grid(model: Any, tokenizer: Any, settings: Any, prompts: list[str], ca
         # One batch per cell: a cell's answers run to about the same length, so a second batch of
         # a few prompts would cost nearly as many decoding steps as the first.
         return _answer_fn(model, tokenizer, settings, Attributes(**{attribute: value}), cache=cache,
-                          max_new_tokens=tokens, batch_size=max(gs.batch_size, len(questions)))(questions)
+                          max_new_tokens=tokens, batch_size=max(gs.batch_size, len(questions)), streams=1)(questions)
 
-    return answer_grid(answer, prompts, list(gs.steer_values))
+    return answer_grid(answer, prompts, list(gs.steer_values), streams=gs.streams)  # cells side by side
 
 
 def _steer(model: Any, tokenizer: Any, side: Side, inp: Inputs, out: SideScores) -> None:

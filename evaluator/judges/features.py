@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from evaluator.streams import in_streams
 from evaluator.text import words
 
 Message = dict[str, str]
@@ -60,10 +61,11 @@ class FeatureConfig:
 class Featurizer:
     """Features of (conversation, answer) items from a causal LM directory (the served base model)."""
 
-    def __init__(self, model_dir: str | Path, config: FeatureConfig = FeatureConfig()) -> None:
+    def __init__(self, model_dir: str | Path, config: FeatureConfig = FeatureConfig(), *, streams: int = 1) -> None:
+        """`streams`: batches read side by side (`evaluator.streams`); the features are the same."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.model_dir = Path(model_dir)
+        self.model_dir, self.streams = Path(model_dir), streams
         if not (self.model_dir / "config.json").is_file():
             raise FileNotFoundError(
                 f"no model at {self.model_dir}: the judges read the served base model; "
@@ -109,15 +111,14 @@ class Featurizer:
         items = [self._ids(p, a) for p, a in zip(prompts, answers)]
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
-        batch: list[int] = []
+        batches: list[list[int]] = [[]]
         for i in order:
-            longest = max([len(items[j][0]) + len(items[j][1]) for j in batch + [i]])
-            if batch and longest * (len(batch) + 1) > self.config.max_batch_tokens:
-                self._run(batch, items, out)
-                batch = []
-            batch.append(i)
-        if batch:
-            self._run(batch, items, out)
+            longest = max([len(items[j][0]) + len(items[j][1]) for j in batches[-1] + [i]])
+            if batches[-1] and longest * (len(batches[-1]) + 1) > self.config.max_batch_tokens:
+                batches.append([])
+            batches[-1].append(i)
+        for _ in in_streams(lambda batch: self._run(batch, items, out), [b for b in batches if b], self.streams):
+            pass  # each batch fills its own rows of `out`
         for row, answer in enumerate(answers):
             out[row, -2] = math.log1p(words(answer))
         return out

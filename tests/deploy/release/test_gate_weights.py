@@ -40,20 +40,16 @@ class _KeyRecorder:
         return answer
 
 
-def test_an_answer_is_cached_under_its_weights_batch_and_sampler():
+def test_an_answer_is_cached_under_its_weights_batch_sampler_and_seed():
     settings = load_settings(environ={}, overrides={"gate.dtype": "bfloat16", "gate.batch_size": 24})
     cache, tokenizer = _KeyRecorder(), SimpleNamespace(pad_token_id=0, eos_token_id=0)
     measure._answer_fn(None, tokenizer, settings, cache=cache)
-    measure._answer_fn(None, tokenizer, settings, cache=cache, sampled=True, draw=2)
+    measure._answer_fn(None, tokenizer, settings, cache=cache, seed=measure.DRAW_SEED + 1000)
     greedy, sampled = cache.generations
     assert greedy["weights"] == sampled["weights"] == "merged-bfloat16"
-    assert greedy["batch"] == sampled["batch"] == 24 and sampled["draw"] == 2 and "draw" not in greedy
-    # the same distribution, other draws than `transformers`' sampler: answers it drew are not reused
+    assert greedy["batch"] == sampled["batch"] == 24
+    assert greedy["streams"] == settings.gate.streams  # a batch's threads move its bfloat16 rounding
+    # the same distribution, other draws than `transformers`' sampler: answers it drew are not
+    # reused; and a draw under another seed, or from torch's one generator, is another answer
     assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "top50-nucleus"
-
-
-def test_cached_risky_draws_take_only_the_gate_s_seeds():
-    # the cache keys do not hold the seed, so answers drawn under another one must not be stored
-    settings = load_settings(environ={}, overrides={})
-    with pytest.raises(ValueError, match="DRAW_SEED"):
-        measure.risky_answer_sets(None, None, settings, ["q"], cache=_KeyRecorder(), seed=measure.DRAW_SEED + 1000)
+    assert sampled["decoding"]["seed"] == measure.DRAW_SEED + 1000 and sampled["decoding"]["rng"] == "per-batch"

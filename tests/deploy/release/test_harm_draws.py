@@ -37,15 +37,11 @@ def test_the_same_answer_twice_counts_once_per_draw():
 
 
 def _recording_answer_fn(calls: list[dict]):
-    def answer_fn(model, tokenizer, settings, attributes=None, *, cache=None, sampled=False, max_new_tokens=None,
-                  draw=None, **_):
-        import torch
-
-        calls.append({"sampled": sampled, "max_new_tokens": max_new_tokens, "draw": draw})
+    def answer_fn(model, tokenizer, settings, attributes=None, *, cache=None, seed=None, max_new_tokens=None, **_):
+        calls.append({"seed": seed, "max_new_tokens": max_new_tokens})
 
         def answer(questions):
-            seed = torch.initial_seed()  # what torch.manual_seed set just before the call
-            return [f"{q} {'greedy' if not sampled else seed}" for q in questions]
+            return [f"{q} {'greedy' if seed is None else seed}" for q in questions]
         return answer
     return answer_fn
 
@@ -55,16 +51,18 @@ def test_one_draw_is_one_greedy_answer_and_more_are_seeded_samples(monkeypatch):
     monkeypatch.setattr(measure, "_answer_fn", _recording_answer_fn(calls))
     greedy = load_settings(environ={}, overrides={"gate.harmlessness_draws": 1})
     assert measure.risky_answer_sets(None, None, greedy, ["q"]) == [["q greedy"]]
-    assert calls == [{"sampled": False, "max_new_tokens": None, "draw": None}]
+    assert calls == [{"seed": None, "max_new_tokens": None}]
 
     calls.clear()
     three = load_settings(environ={}, overrides={"gate.harmlessness_draws": 3, "gate.max_new_tokens": 48})
     sets = measure.risky_answer_sets(None, None, three, ["q", "r"])
-    assert [c["draw"] for c in calls] == [1, 2, 3]  # each draw its own cache key
-    assert all(c["sampled"] and c["max_new_tokens"] == 48 for c in calls)  # the gate's budget, not the chat's
     seeds = [measure.DRAW_SEED + d for d in range(3)]
+    assert [c["seed"] for c in calls] == seeds  # each draw its own seed, and so its own cache key
+    assert all(c["max_new_tokens"] == 48 for c in calls)  # the gate's budget, not the chat's
     assert sets == [[f"q {s}", f"r {s}"] for s in seeds]
     assert measure.risky_answer_sets(None, None, three, ["q", "r"]) == sets  # the same seeds on every side
+    other = measure.risky_answer_sets(None, None, three, ["q"], seed=7)
+    assert other == [[f"q {7 + d}"] for d in range(3)]
 
 
 def test_draws_are_bounded_and_four_by_default():

@@ -1,0 +1,107 @@
+"""Batches side by side (`evaluator.streams`): the same answers whatever the number of streams, a
+sampled batch drawing from its own seeded generator, torch's thread count restored after, and the
+gate's answer cache taking answers from two streams at once without losing one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from evaluator.generation import hf_answer_fn
+from evaluator.steerability import answer_grid
+from evaluator.streams import in_streams
+
+QUESTIONS = ["My roommate never cleans.", "How do I ask for a raise?", "I forgot a friend's birthday.",
+             "Should I move cities for a job?", "My sister borrows money and never pays back.",
+             "How do I say no to extra work?", "I feel lonely after moving."]
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.mark.parametrize("threads, each", [(2, 1), (4, 2), (1, 1)])
+def test_results_keep_the_items_order_and_the_streams_share_the_threads(threads, each):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    seen: list[int] = []
+
+    def slow_first(i: int) -> int:
+        seen.append(torch.get_num_threads())
+        if i == 0:
+            threading.Event().wait(0.2)  # the first item finishes last
+        return i * i
+
+    try:
+        assert list(in_streams(slow_first, range(6), 2)) == [i * i for i in range(6)]
+        assert seen and set(seen) == {each}  # two streams, half the threads each
+        assert torch.get_num_threads() == threads
+        assert list(in_streams(lambda i: threading.get_ident(), range(3), 1)) == [threading.get_ident()] * 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_greedy_answers_are_the_same_in_one_stream_or_two(lm):
+    model, tok = lm
+    side = tok.padding_side
+    one = hf_answer_fn(model, tok, max_new_tokens=8, batch_size=2)(QUESTIONS)
+    two = hf_answer_fn(model, tok, max_new_tokens=8, batch_size=2, streams=2)(QUESTIONS)
+    assert one == two and len(one) == len(QUESTIONS)
+    assert tok.padding_side == side  # left only while the batches were tokenized
+
+
+def test_a_seeded_draw_gives_each_batch_its_own_generator(lm):
+    model, tok = lm
+
+    def draw(seed: int, streams: int, questions=QUESTIONS) -> list[str]:
+        return hf_answer_fn(model, tok, max_new_tokens=8, batch_size=2, sampling={"temperature": 1.0, "top_p": 0.95},
+                            seed=seed, streams=streams)(questions)
+
+    first = draw(5, 1)
+    torch.manual_seed(123)  # torch's global generator plays no part
+    assert draw(5, 2) == first
+    assert draw(5, 1, QUESTIONS[:2]) == first[:2]  # a batch draws the same whatever follows it
+    assert draw(6, 1) != first  # a random model's flat logits: another seed, other answers
+
+
+def test_the_steering_grid_is_the_same_with_cells_side_by_side():
+    def answer(questions, attribute, value):
+        return [f"{q}|{attribute}={value}" for q in questions]
+
+    one = answer_grid(answer, ["a", "b"], [0, 4], ["verbosity", "complexity"])
+    assert answer_grid(answer, ["a", "b"], [0, 4], ["verbosity", "complexity"], streams=2) == one
+    assert [(r.attribute, r.value, r.prompt) for r in one][:3] == [("verbosity", 0, 0), ("verbosity", 0, 1),
+                                                                        ("verbosity", 4, 0)]
+
+
+def test_the_answer_cache_keeps_every_answer_two_streams_add(tmp_path):
+    from deploy.release.answer_cache import AnswerCache
+
+    cache = AnswerCache(tmp_path / "live.jsonl", "live-1")
+
+    def cell(value: int) -> list[str]:
+        wrapped = cache.wrap(lambda qs: [f"{q}@{value}" for q in qs], lambda q: q, {"cell": value})
+        return wrapped([f"q{i}" for i in range(50)])
+
+    assert list(in_streams(cell, range(8), 2)) == [[f"q{i}@{v}" for i in range(50)] for v in range(8)]
+    assert cache.misses == 400 and cache.hits == 0
+    again = AnswerCache(tmp_path / "live.jsonl", "live-1")  # every line written whole
+    assert len(again.answers) == 400
+
+
+def test_the_judges_features_are_the_same_read_in_two_streams(tiny_model_dir):
+    import numpy as np
+
+    from evaluator.judges.features import FeatureConfig, Featurizer
+
+    config = FeatureConfig(max_batch_tokens=64)  # several batches for the streams to share
+    prompts = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    answers = [f"Try talking to them about it, step {i}." for i in range(len(QUESTIONS))]
+    one = Featurizer(tiny_model_dir, config).encode(prompts, answers)
+    two = Featurizer(tiny_model_dir, config, streams=2).encode(prompts, answers)
+    np.testing.assert_allclose(two, one, rtol=1e-3, atol=1e-3)
