@@ -17,7 +17,7 @@ shared box slow every figure down):
   pairs;
 - tokens per CPU-second (process CPU time, all threads) and the full-run time it implies on an
   idle machine with `--workers` cores (CPU time is what other processes on a shared box distort
-  least; with one torch thread per worker there is no spin-waiting to inflate it);
+  least; with torch's threads split between workers there is no spin-waiting to inflate it);
 - with `--full`, the measured time of the whole run, and its accuracies.
 Nothing here is a pass/fail assertion.
 """
@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=40, help="rows per subset in the timed sample")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--workers", type=int, default=1, help="batches scored at once, one torch thread each")
+    ap.add_argument("--workers", type=int, default=1, help="batches scored at once, sharing torch's threads")
     ap.add_argument("--max-tokens", type=int, default=4096, help="token budget per batch")
     ap.add_argument("--scorer", choices=("loglik", "implicit"), default="loglik")
     ap.add_argument("--max-length", type=int, default=1024)

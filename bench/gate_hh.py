@@ -10,7 +10,7 @@ now merges each side's adapter into the weights, which costs less than this) und
 - `fp32, 1 worker`: `BatchConfig(workers=1)`, float32, torch's own intra-op threads;
 - `bf16, 1 worker`: the same under bfloat16 autocast;
 - `this machine`: `BatchConfig.for_this_machine()`, bfloat16 autocast where the CPU computes it
-  natively, one batch per core in threads of one torch thread each (what `advisor eval hh` uses).
+  natively, one batch per core in threads sharing torch's threads (one each) (what `advisor eval hh` uses).
 
 The adapter's B matrices are seeded noise (a fresh LoRA adds nothing), small enough that the
 candidate stays close to the base model, as a short training run leaves it. Reported: the machine,

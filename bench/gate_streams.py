@@ -3,11 +3,14 @@
 
     .venv/bin/python bench/gate_streams.py [--items 64] [--repeats 3] [--out FILE]
 
-Four of the gate's steps, each on its own inputs, both ways in turn within each repeat:
+Four of the gate's steps, each on its own inputs, both ways in turn within each repeat (which
+way goes first alternates):
 - greedy answers to the first `--items` advice requests (the gate's batch size and token budget);
 - sampled answers to the first `--items` risky prompts, seeded per batch as the gate draws them;
-- HH log-likelihoods of the first `--items` pairs of the shipped sample (`workers` 1 or 2);
-- the judges' features of the same pairs' chosen answers (`Featurizer.encode`, its `streams`).
+- HH log-likelihoods of the first `--items` pairs of the shipped sample (`workers` 1 or 2; both
+  answers after the chosen side's conversation: the time, not the accuracy, is measured);
+- the judges' features of the same pairs' chosen answers (`Featurizer.encode` under
+  `evaluator.streams.side_by_side`).
 Per step: the median seconds of each way, the ratio two streams / one stream in the same repeat
 (median and range), and whether the outputs are equal (for answers, how many differ per repeat:
 one thread a batch rounds bfloat16 otherwise than two, and one flipped token changes the rest;
@@ -37,6 +40,7 @@ def steps(model, tokenizer, featurizer, settings, items: int) -> dict:
     from evaluator.moderation import load_risky_prompts
     from evaluator.scoring import LogLikelihoodScorer
     from evaluator.shipped import load_advice_prompts
+    from evaluator.streams import side_by_side
 
     advice, risky = load_advice_prompts()[:items], load_risky_prompts()[:items]
     pairs = [p for s in load_hh_sample().values() for p in s.pairs][:items]
@@ -47,8 +51,8 @@ def steps(model, tokenizer, featurizer, settings, items: int) -> dict:
         return [round(x, 3) for x in scorer.score(prompts + prompts, chosen + rejected)]
 
     def features(streams: int) -> list:
-        featurizer.streams = streams
-        return featurizer.encode(prompts, chosen).round(3).tolist()
+        with side_by_side(streams):
+            return featurizer.encode(prompts, chosen).round(3).tolist()
 
     return {
         "advice_greedy": lambda n: _answer_fn(model, tokenizer, settings, streams=n)(advice),
@@ -89,7 +93,7 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             outs = {}
-            for n in (1, 2):
+            for n in ((1, 2) if rep % 2 == 0 else (2, 1)):  # alternate which way goes first
                 t0 = time.perf_counter()
                 outs[n] = run(n)
                 seconds.setdefault(name, {}).setdefault(n, []).append(time.perf_counter() - t0)

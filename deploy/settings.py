@@ -223,11 +223,11 @@ class GateSettings:
     # prompt scoring the share judged safe. Equal candidates' half-width: 0.05 at 1, ~0.023 at 4.
     harmlessness_draws: int = pydantic.Field(default=4, ge=1, le=16)
     # Answers generated together, and both sides' weights dtype: "auto" = bfloat16 where the CPU computes it
-    # natively (0.47x the float32 time per answer here, docs/release.md), else float32 as the CPU chat serves.
+    # natively (at 32 a batch, 0.47x float32's time at 16 here; docs/release.md), else float32 as the chat serves.
     batch_size: int = pydantic.Field(default=32, ge=1)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    # Batches generated or HH-scored side by side, sharing torch's threads (evaluator.streams): on 2
-    # cores, 2 took 0.84x the generation time of one batch on two threads; 1 = one at a time.
+    # Batches generated, HH-scored or judged side by side, sharing torch's threads (evaluator.streams):
+    # on 2 cores, 2 took 0.82-0.91x the time of one batch on both threads; 1 = one at a time.
     streams: int = pydantic.Field(default=2, ge=1, le=8)
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes

@@ -13,6 +13,7 @@ answers come from).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,8 +39,11 @@ def hf_answer_fn(
     """`answer_fn(questions) -> answers` generating greedily with `model`, or sampling with
     `sampling`, e.g. `{"temperature": 0.7, "top_p": 0.9}`: the arguments of
     `evaluator.sampling.generate_kwargs`, so drawn as the CPU chat draws them. With a `seed`, each
-    batch draws from its own generator, seeded from (`seed`, the batch's index): the same answers
-    whatever number of `streams` (`evaluator.streams`) generates the batches side by side."""
+    batch draws from its own generator, seeded from (`seed`, the batch's index): the same random
+    numbers whatever runs beside it in `streams` (`evaluator.streams`). Several streams sample only
+    with a seed (torch's one generator would make their draws a race)."""
+    if sampling and seed is None and streams > 1:
+        raise ValueError("sampling in several streams needs a seed: each batch draws from its own generator")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompt_text(question: str) -> str:
@@ -52,31 +56,45 @@ def hf_answer_fn(
     def decoding(index: int) -> dict:
         if not sampling:
             return {"do_sample": False}
-        return generate_kwargs(**sampling, generator=None if seed is None else batch_generator(seed, index))
+        device = next(model.parameters()).device
+        return generate_kwargs(**sampling, generator=None if seed is None else batch_generator(seed, index, device))
 
     def generate(job: tuple[int, dict]) -> list[str]:
         index, enc = job
         with torch.inference_mode():
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id, **decoding(index))
-        return [t.strip() for t in tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)]
+        with _TOKENIZER:
+            return [t.strip() for t in tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:],
+                                                              skip_special_tokens=True)]
 
     def answer(questions: Sequence[str]) -> list[str]:
         was_training = model.training
-        model.eval()
+        if was_training:  # a model already in eval mode is not touched: callers may share it across threads
+            model.eval()
         try:
             batches = list(enumerate(_encoded(tokenizer, [prompt_text(q) for q in questions], batch_size,
                                               next(model.parameters()).device)))
             return [a for out in in_streams(generate, batches, streams) for a in out]
         finally:
-            model.train(was_training)
+            if was_training:
+                model.train()
 
     return answer
 
 
+# A fast tokenizer is one Rust object that padding settings mutate: one thread at a time uses it
+# (the gate's steering cells answer side by side with one tokenizer).
+_TOKENIZER = threading.Lock()
+
+
 def _encoded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> list[dict]:
     """`texts` tokenized in batches of `batch_size`, left-padded: generation continues from the
-    right end of every row. All of them before any is generated, so the tokenizer's padding side
-    is not switched while a stream reads it."""
+    right end of every row."""
+    with _TOKENIZER:
+        return _left_padded(tokenizer, texts, batch_size, device)
+
+
+def _left_padded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> list[dict]:
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
@@ -87,8 +105,8 @@ def _encoded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> 
         tokenizer.padding_side = side
 
 
-def batch_generator(seed: int, index: int) -> torch.Generator:
+def batch_generator(seed: int, index: int, device: Any = "cpu") -> torch.Generator:
     """The random generator of batch `index` of a draw seeded with `seed` (independent streams per
-    pair, numpy's `SeedSequence`)."""
+    pair, numpy's `SeedSequence`), on the model's device."""
     state = np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state))
+    return torch.Generator(device=device).manual_seed(int(state))

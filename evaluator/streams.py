@@ -4,22 +4,30 @@ that share the process's torch threads (one each on a 2-core box).
 On a small CPU, torch's intra-op threads fork and join at every operation, which is cheap for big
 matrices and costly for the small ones of decoding one token of a 135M model. N threads each
 running whole batches (torch releases the GIL inside its operations) keep N cores busy without
-that. Measured on the 2-core box (`bench/gate_streams.py`), two streams of one thread against one
-stream of two: generation 0.84x the time, HH log-likelihoods 0.92x, the judges' forward passes
-over long inputs no faster (their matrices are big enough for intra-op threads).
+that. Measured on the 2-core box, two streams of one thread against one stream of two
+(`bench/gate_streams.py`): greedy answers 0.91x the time, sampled 0.87x, the judges' reads 0.82x,
+HH log-likelihoods 0.87x over the gate's 400 pairs (1.06x over 64: too few batches to share).
 
 Design choices:
-- The streams split torch's threads (`torch.get_num_threads() // n` each, at least one), so a
-  bigger machine keeps its cores busy. The count is one setting for the process: set for the map
-  and restored after; a thread that starts its first torch operation meanwhile gets it too.
-- Results come back in the order of `items` (`ThreadPoolExecutor.map`), whatever order batches
-  finish in, so a caller's output does not depend on the number of streams; `fn` must not share
+- With several streams every batch runs on `torch.get_num_threads() // n` threads (at least one),
+  even a lone batch: one thread rounds bfloat16 otherwise than two, and a batch must not change
+  its answer with the number of batches beside it. One stream runs in the caller's thread as is.
+- Torch keeps a thread count per thread, taken from a process-wide default at the thread's first
+  parallel operation; `set_num_threads` sets both. Each stream sets its own when it starts; the
+  caller's count is restored after. A thread whose first torch operation falls inside a map (the
+  CPU chat starts one per answer) takes the reduced count: a chat answered during a gate runs on
+  one thread of two while the gate's streams hold both cores.
+- Results come back in the order of `items`, whatever order batches finish in; `fn` must not share
   mutable state across calls (a random generator per batch, not torch's global one).
-- One stream (or one item) runs in the caller's thread with its thread count untouched.
+- `side_by_side(n)` sets, for the calling thread only, the streams that code without its own
+  argument reads (`current()`): the gate's judges read their batches side by side while the
+  serving guard, on other threads, judges one answer at a time on every thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -27,19 +35,45 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
+_local = threading.local()
+
 
 def in_streams(fn: Callable[[T], R], items: Iterable[T], streams: int) -> Iterator[R]:
     """`map(fn, items)`, run in `streams` threads sharing torch's threads when there are several."""
     items = list(items)
-    if streams <= 1 or len(items) <= 1:
+    if streams <= 1 or not items:
         yield from map(fn, items)
         return
     import torch  # here: callers that never run two streams need not load it
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads // streams))
+    each = max(1, threads // streams)
     try:
-        with ThreadPoolExecutor(min(streams, len(items))) as pool:
-            yield from pool.map(fn, items)
+        with ThreadPoolExecutor(min(streams, len(items)), initializer=torch.set_num_threads, initargs=(each,)) as pool:
+            yield from list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
+
+
+def threads_per_batch(streams: int) -> int:
+    """The torch threads each batch runs on under `in_streams(..., streams)` from this thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    return threads if streams <= 1 else max(1, threads // streams)
+
+
+def current() -> int:
+    """The streams `side_by_side` set for this thread (1 when none)."""
+    return getattr(_local, "streams", 1)
+
+
+@contextlib.contextmanager
+def side_by_side(streams: int) -> Iterator[None]:
+    """Within the block, code in this thread that reads `current()` runs `streams` batches at once."""
+    before = current()
+    _local.streams = streams
+    try:
+        yield
+    finally:
+        _local.streams = before

@@ -45,6 +45,7 @@ from deploy.release.judges import guard_over, load_judges
 from deploy.release.measure import Inputs, Side, measure_side, paired_intervals, weights_dtype
 from deploy.release.models import load_merged
 from deploy.release.registry import ReleaseError, register_candidate
+from evaluator.streams import side_by_side
 from store import Release, Store
 
 log = logging.getLogger("advisor.gate")
@@ -117,7 +118,8 @@ def _measured(base_model: str, adapter: str | None, dtype: str, side: Side, inpu
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
     model, tokenizer = load_merged(base_model, adapter, dtype)
-    scores = measure_side(model, tokenizer, side, inputs)
+    with side_by_side(inputs.settings.gate.streams):  # the judges' reads too (`evaluator.streams`)
+        scores = measure_side(model, tokenizer, side, inputs)
     scores.details["weights"] = dtype
     return scores
 
@@ -207,7 +209,8 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")
     intervals = paired_intervals(cand, other, settings)
-    validity = judge_validity(inputs, cand, other)
+    with side_by_side(settings.gate.streams):
+        validity = judge_validity(inputs, cand, other)
     decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals,
                       about=served_about(inputs, cand.details.get("served")))
     gated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -97,10 +97,10 @@ def judge_model_dir(settings: Any) -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def _trained(model_dir: Path, streams: int) -> Any:
+def _trained(model_dir: Path) -> Any:
     from evaluator.judges.judge import load_judges as load
 
-    return load(model_dir, streams=streams)
+    return load(model_dir)
 
 
 def _fallback(data_dir: Path) -> tuple[Any, Any]:
@@ -138,7 +138,7 @@ def load_judges(settings: Any) -> tuple[Any, Any]:
     """(helpfulness judge, harmlessness judge) as `settings.judges` says."""
     js = settings.judges
     if js.kind == "trained":
-        judges = _trained(judge_model_dir(settings), settings.gate.streams)  # the gate's long reads side by side
+        judges = _trained(judge_model_dir(settings))
         return judges.helpfulness, judges.harmlessness
     if js.kind == "fallback":
         return _fallback(settings.data_path)

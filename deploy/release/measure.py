@@ -37,9 +37,9 @@ Design choices:
 - The live side's answers, HH scores and judges' scores come through its `AnswerCache` when it has
   one (a live release): a second gate against the same release generates and judges only the
   candidate's answers.
-- Generation and the HH pass run `gate.streams` batches side by side, sharing torch's threads
-  (`evaluator.streams`; the steering grid's cells side by side): on 2 cores, one thread each, as
-  many as one batch on torch's own threads, in 0.84x (generation) and 0.92x (HH) the time. The
+- Generation, the HH pass and the judges' reads run `gate.streams` batches side by side, sharing
+  torch's threads (`evaluator.streams`; the steering grid's cells side by side): on 2 cores, one
+  thread each, as many as one batch on torch's own threads, in 0.82-0.91x the time. The
   HH pass runs under bfloat16 autocast where the CPU computes it natively (0.44x the float32
   time, 1-2 of 400 outcomes moved). Both sides' weights are cast to `gate.dtype` once they are
   merged: bfloat16 where the CPU computes it natively ("auto"). Autocast was slower for generation
@@ -118,6 +118,7 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
     from evaluator.sampling import NAME as SAMPLER
+    from evaluator.streams import threads_per_batch
     from store.attributes import Attributes
 
     attributes = attributes or Attributes()  # what a chat answer gets when nobody moves a slider
@@ -136,14 +137,21 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     # one in bfloat16 on the padding (41 of 64 the same text at 16 and 32 a batch; docs/release.md).
     decoding = {**sampling, "sampler": SAMPLER, "seed": seed, "rng": "per-batch"} if sampled else "greedy"
     # And on its threads: one thread a batch rounds bfloat16 otherwise than two (bench/gate_streams.py).
+    streams = settings.gate.streams if streams is None else streams
     generation = {"max_new_tokens": tokens, "decoding": decoding, "weights": weights_key(settings),
-                  "batch": batch_size, "streams": settings.gate.streams}
+                  "batch": batch_size, "threads": threads_per_batch(streams)}
     answer = hf_answer_fn(model, tokenizer, max_new_tokens=tokens, batch_size=batch_size, template_kwargs=kwargs,
-                          to_messages=to_messages, sampling=sampling, seed=seed,
-                          streams=settings.gate.streams if streams is None else streams)
+                          to_messages=to_messages, sampling=sampling, seed=seed, streams=streams)
     if cache is None:
         return answer
     return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
+
+
+def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, seed: int, batch_size: int = 16):
+    """`answer(questions) -> answers` as the service draws them at the default sliders: under
+    `policy` (the guard's system prompt, or "" for the model alone), sampled with `seed` (each
+    batch from its own generator), `backend.max_new_tokens` long."""
+    return _answer_fn(model, tokenizer, settings, policy=policy, seed=seed, batch_size=batch_size)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:

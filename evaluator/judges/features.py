@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from evaluator.streams import in_streams
+from evaluator.streams import current, in_streams
 from evaluator.text import words
 
 Message = dict[str, str]
@@ -61,11 +61,10 @@ class FeatureConfig:
 class Featurizer:
     """Features of (conversation, answer) items from a causal LM directory (the served base model)."""
 
-    def __init__(self, model_dir: str | Path, config: FeatureConfig = FeatureConfig(), *, streams: int = 1) -> None:
-        """`streams`: batches read side by side (`evaluator.streams`); the features are the same."""
+    def __init__(self, model_dir: str | Path, config: FeatureConfig = FeatureConfig()) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.model_dir, self.streams = Path(model_dir), streams
+        self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise FileNotFoundError(
                 f"no model at {self.model_dir}: the judges read the served base model; "
@@ -117,8 +116,10 @@ class Featurizer:
             if batches[-1] and longest * (len(batches[-1]) + 1) > self.config.max_batch_tokens:
                 batches.append([])
             batches[-1].append(i)
-        for _ in in_streams(lambda batch: self._run(batch, items, out), [b for b in batches if b], self.streams):
-            pass  # each batch fills its own rows of `out`
+        # Each batch fills its own rows of `out`; batches side by side where the caller asked for it
+        # (the gate: `evaluator.streams.side_by_side`), the same features (bench/gate_streams.py).
+        for _ in in_streams(lambda batch: self._run(batch, items, out), [b for b in batches if b], current()):
+            pass
         for row, answer in enumerate(answers):
             out[row, -2] = math.log1p(words(answer))
         return out

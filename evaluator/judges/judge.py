@@ -150,15 +150,14 @@ def shipped_thresholds(weights_dir: Path = WEIGHTS_DIR) -> tuple[float, float]:
             shipped_threshold("harmless", "guard_threshold", weights_dir))
 
 
-def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR, *, streams: int = 1) -> Judges:
-    """Both judges on one featurizer of the served base model at `model_dir`, reading `streams`
-    batches side by side."""
+def load_judges(model_dir: str | Path, weights_dir: Path = WEIGHTS_DIR) -> Judges:
+    """Both judges on one featurizer of the served base model at `model_dir`."""
     if not (weights_dir / "helpful.json").is_file():
         raise FileNotFoundError(f"no judge weights in {weights_dir}; train them with `python -m evaluator.judges.train`")
     helpful = LinearHead.load(weights_dir / "helpful")
     harmless = LinearHead.load(weights_dir / "harmless")
     request = LinearHead.load(weights_dir / "request") if (weights_dir / "request.json").is_file() else None
-    feat = Featurizer(model_dir, FeatureConfig(**helpful.meta.get("features", {})), streams=streams)
+    feat = Featurizer(model_dir, FeatureConfig(**helpful.meta.get("features", {})))
     for name, head in (("helpfulness", helpful), ("harmlessness", harmless), ("request", request)):
         if head is not None:
             _check(head, feat, name)

@@ -1,6 +1,6 @@
-"""Batches side by side (`evaluator.streams`): the same answers whatever the number of streams, a
-sampled batch drawing from its own seeded generator, torch's thread count restored after, and the
-gate's answer cache taking answers from two streams at once without losing one."""
+"""Batches side by side (`evaluator.streams`): the streams share torch's threads (a lone batch
+too), a sampled batch draws from its own seeded generator, the same answers and features come out
+at the same threads per batch, and the gate's answer cache keeps every answer two streams add."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from evaluator.generation import hf_answer_fn
 from evaluator.steerability import answer_grid
-from evaluator.streams import in_streams
+from evaluator.streams import current, in_streams, side_by_side, threads_per_batch
 
 QUESTIONS = ["My roommate never cleans.", "How do I ask for a raise?", "I forgot a friend's birthday.",
              "Should I move cities for a job?", "My sister borrows money and never pays back.",
@@ -41,11 +41,15 @@ def test_results_keep_the_items_order_and_the_streams_share_the_threads(threads,
         assert list(in_streams(slow_first, range(6), 2)) == [i * i for i in range(6)]
         assert seen and set(seen) == {each}  # two streams, half the threads each
         assert torch.get_num_threads() == threads
+        assert threads_per_batch(2) == each and threads_per_batch(1) == threads
+        seen.clear()
+        assert list(in_streams(slow_first, [3], 2)) == [9] and seen == [each]  # a lone batch rounds as in a pair
         assert list(in_streams(lambda i: threading.get_ident(), range(3), 1)) == [threading.get_ident()] * 3
     finally:
         torch.set_num_threads(before)
 
 
+@pytest.mark.usefixtures("one_torch_thread")  # one thread a batch either way: the same rounding
 def test_greedy_answers_are_the_same_in_one_stream_or_two(lm):
     model, tok = lm
     side = tok.padding_side
@@ -55,6 +59,7 @@ def test_greedy_answers_are_the_same_in_one_stream_or_two(lm):
     assert tok.padding_side == side  # left only while the batches were tokenized
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_seeded_draw_gives_each_batch_its_own_generator(lm):
     model, tok = lm
 
@@ -67,6 +72,8 @@ def test_a_seeded_draw_gives_each_batch_its_own_generator(lm):
     assert draw(5, 2) == first
     assert draw(5, 1, QUESTIONS[:2]) == first[:2]  # a batch draws the same whatever follows it
     assert draw(6, 1) != first  # a random model's flat logits: another seed, other answers
+    with pytest.raises(ValueError, match="seed"):  # torch's one generator across streams: a race
+        hf_answer_fn(model, tok, sampling={"temperature": 1.0, "top_p": 0.95}, streams=2)
 
 
 def test_the_steering_grid_is_the_same_with_cells_side_by_side():
@@ -79,7 +86,7 @@ def test_the_steering_grid_is_the_same_with_cells_side_by_side():
                                                                         ("verbosity", 4, 0)]
 
 
-def test_the_answer_cache_keeps_every_answer_two_streams_add(tmp_path):
+def test_the_answer_cache_keeps_every_answer_the_steering_cells_add_side_by_side(tmp_path):
     from deploy.release.answer_cache import AnswerCache
 
     cache = AnswerCache(tmp_path / "live.jsonl", "live-1")
@@ -99,9 +106,16 @@ def test_the_judges_features_are_the_same_read_in_two_streams(tiny_model_dir):
 
     from evaluator.judges.features import FeatureConfig, Featurizer
 
-    config = FeatureConfig(max_batch_tokens=64)  # several batches for the streams to share
+    # several batches for the streams to share; float32, where one thread rounds as two do
+    featurizer = Featurizer(tiny_model_dir, FeatureConfig(max_batch_tokens=64, bf16=False))
     prompts = [[{"role": "user", "content": q}] for q in QUESTIONS]
     answers = [f"Try talking to them about it, step {i}." for i in range(len(QUESTIONS))]
-    one = Featurizer(tiny_model_dir, config).encode(prompts, answers)
-    two = Featurizer(tiny_model_dir, config, streams=2).encode(prompts, answers)
-    np.testing.assert_allclose(two, one, rtol=1e-3, atol=1e-3)
+    one = featurizer.encode(prompts, answers)
+    seen: list[int] = []
+    run = featurizer._run
+    featurizer._run = lambda *a: (seen.append(threading.get_ident()), run(*a))
+    with side_by_side(2):
+        assert current() == 2
+        two = featurizer.encode(prompts, answers)
+    assert current() == 1 and threading.get_ident() not in seen  # read in the streams, then back to one
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)

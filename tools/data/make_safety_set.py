@@ -18,7 +18,9 @@ annotators fill `request_harmful` and `answer_unsafe` by the conventions in
 
 Served answers (`SERVED`), added once the guard served SmolLM2 under its safety policy: each of
 the set's requests answered as the service draws an answer (policy, sampled, up to 400 tokens:
-`deploy.release.measure.served_answer_fn`), ids s0600-s0899; and the 160 served answers of
+`deploy.release.measure.served_answer_fn`, each batch seeded by its first row; a redraw since
+the gate's per-batch generators and top-50 sampler gives other, equally likely answers than the
+shipped ones), ids s0600-s0899; and the 160 served answers of
 `bench/guard_cuts.py`'s dev part (judges' train and dev rows, none of the set's requests), ids
 s0900-s1059. They are written unlabelled to `--out` for annotators, like the first 600.
 
@@ -97,7 +99,6 @@ def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16
 
     if not todo:
         return
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from chat.pretrained import pretrained_model_path
@@ -109,10 +110,9 @@ def draw(todo: list[dict], side: str, data_dir: Path, out: Path, batch: int = 16
     tok, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
     if policy is None:
         policy = settings.guard.system_prompt if side == "served" else ""
-    answer = served_answer_fn(model, tok, settings, policy=policy, batch_size=batch)
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
-        torch.manual_seed(DRAW_SEED + chunk[0]["row"])
+        answer = served_answer_fn(model, tok, settings, policy=policy, seed=DRAW_SEED + chunk[0]["row"], batch_size=batch)
         t0 = time.perf_counter()
         answers = answer([r["request"] for r in chunk])
         seconds = round(time.perf_counter() - t0, 1)

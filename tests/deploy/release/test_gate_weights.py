@@ -10,6 +10,7 @@ import pytest
 
 from deploy.release import measure
 from deploy.settings import SettingsError, load_settings
+from evaluator.streams import threads_per_batch
 
 
 @pytest.mark.parametrize("native, dtype, expected", [
@@ -48,7 +49,7 @@ def test_an_answer_is_cached_under_its_weights_batch_sampler_and_seed():
     greedy, sampled = cache.generations
     assert greedy["weights"] == sampled["weights"] == "merged-bfloat16"
     assert greedy["batch"] == sampled["batch"] == 24
-    assert greedy["streams"] == settings.gate.streams  # a batch's threads move its bfloat16 rounding
+    assert greedy["threads"] == threads_per_batch(settings.gate.streams)  # threads move bfloat16 rounding
     # the same distribution, other draws than `transformers`' sampler: answers it drew are not
     # reused; and a draw under another seed, or from torch's one generator, is another answer
     assert greedy["decoding"] == "greedy" and sampled["decoding"]["sampler"] == "top50-nucleus"
