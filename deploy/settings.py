@@ -227,7 +227,7 @@ class GateSettings:
     batch_size: int = pydantic.Field(default=32, ge=1)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # Batches generated, HH-scored or judged side by side, sharing torch's threads (evaluator.streams):
-    # on 2 cores, 2 took 0.82-0.91x the time of one batch on both threads; 1 = one at a time.
+    # on 2 cores, 2 took 0.86-0.92x the time of one batch on both threads; 1 = one at a time.
     streams: int = pydantic.Field(default=2, ge=1, le=8)
     # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
     # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes

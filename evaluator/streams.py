@@ -5,8 +5,8 @@ On a small CPU, torch's intra-op threads fork and join at every operation, which
 matrices and costly for the small ones of decoding one token of a 135M model. N threads each
 running whole batches (torch releases the GIL inside its operations) keep N cores busy without
 that. Measured on the 2-core box, two streams of one thread against one stream of two
-(`bench/gate_streams.py`): greedy answers 0.91x the time, sampled 0.87x, the judges' reads 0.82x,
-HH log-likelihoods 0.87x over the gate's 400 pairs (1.06x over 64: too few batches to share).
+(`bench/gate_streams.py`): greedy answers 0.92x the time, sampled 0.86x, the judges' reads 0.90x,
+HH log-likelihoods 0.87x over the gate's 400 pairs (1.09x over 64: too few batches to share).
 
 Design choices:
 - With several streams every batch runs on `torch.get_num_threads() // n` threads (at least one),

@@ -39,7 +39,7 @@ Design choices:
   candidate's answers.
 - Generation, the HH pass and the judges' reads run `gate.streams` batches side by side, sharing
   torch's threads (`evaluator.streams`; the steering grid's cells side by side): on 2 cores, one
-  thread each, as many as one batch on torch's own threads, in 0.82-0.91x the time. The
+  thread each, as many as one batch on torch's own threads, in 0.86-0.92x the time. The
   HH pass runs under bfloat16 autocast where the CPU computes it natively (0.44x the float32
   time, 1-2 of 400 outcomes moved). Both sides' weights are cast to `gate.dtype` once they are
   merged: bfloat16 where the CPU computes it natively ("auto"). Autocast was slower for generation
