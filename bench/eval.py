@@ -17,7 +17,7 @@ shared box slow every figure down):
   pairs;
 - tokens per CPU-second (process CPU time, all threads) and the full-run time it implies on an
   idle machine with `--workers` cores (CPU time is what other processes on a shared box distort
-  least; with torch's threads split between workers there is no spin-waiting to inflate it);
+  least; with one torch thread per worker, as when workers equal cores, no spin-waiting inflates it);
 - with `--full`, the measured time of the whole run, and its accuracies.
 Nothing here is a pass/fail assertion.
 """

@@ -82,8 +82,9 @@ def hf_answer_fn(
     return answer
 
 
-# A fast tokenizer is one Rust object that padding settings mutate: one thread at a time uses it
-# (the gate's steering cells answer side by side with one tokenizer).
+# A fast tokenizer is one Rust object that padding settings mutate: one thread at a time encodes
+# or decodes with it (the gate's steering cells answer side by side with one tokenizer; rendering
+# the chat template is Jinja only and stays outside).
 _TOKENIZER = threading.Lock()
 
 

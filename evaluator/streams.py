@@ -13,8 +13,9 @@ Design choices:
   even a lone batch: one thread rounds bfloat16 otherwise than two, and a batch must not change
   its answer with the number of batches beside it. One stream runs in the caller's thread as is.
 - Torch keeps a thread count per thread, taken from a process-wide default at the thread's first
-  parallel operation; `set_num_threads` sets both. Each stream sets its own when it starts; the
-  caller's count is restored after. A thread whose first torch operation falls inside a map (the
+  parallel operation; `set_num_threads` sets both. Each stream starts torch and then sets its own
+  count; after the map the default is set back to the caller's count. A thread whose first torch
+  operation falls inside a map (the
   CPU chat starts one per answer) takes the reduced count: a chat answered during a gate runs on
   one thread of two while the gate's streams hold both cores.
 - Results come back in the order of `items`, whatever order batches finish in; `fn` must not share
@@ -47,12 +48,22 @@ def in_streams(fn: Callable[[T], R], items: Iterable[T], streams: int) -> Iterat
     import torch  # here: callers that never run two streams need not load it
 
     threads = torch.get_num_threads()
-    each = max(1, threads // streams)
     try:
-        with ThreadPoolExecutor(min(streams, len(items)), initializer=torch.set_num_threads, initargs=(each,)) as pool:
-            yield from list(pool.map(fn, items))
+        with ThreadPoolExecutor(min(streams, len(items)), initializer=_pinned, initargs=(max(1, threads // streams),)) \
+                as pool:
+            results = list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
+    yield from results
+
+
+def _pinned(threads: int) -> None:
+    """A stream's start: torch's per-thread set-up first (it would read the process default at the
+    first parallel operation and overwrite a count set before), then this stream's count."""
+    import torch
+
+    torch.get_num_threads()
+    torch.set_num_threads(threads)
 
 
 def threads_per_batch(streams: int) -> int:

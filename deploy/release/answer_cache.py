@@ -21,8 +21,9 @@ Design choices:
   from a generator seeded by the draw's seed, also in the key, and the batch's index), and a
   greedy one in bfloat16 on its batch's padding and on the torch threads it ran on (also in the
   key). The steering grid's cells add their answers side by side, one whole line each under a lock.
-  HH and judges' scores came out the same on one thread a batch as on two (`bench/gate_streams.py`),
-  so their keys do not hold the threads. Within one batch size, a cached
+  HH and judges' scores came out the same to 3 decimals on one thread a batch as on two
+  (`bench/gate_streams.py`), so their keys do not hold the threads: a pair tied that closely is a
+  coin flip either way. Within one batch size, a cached
   answer may still have been generated beside other prompts than a fresh one would be (only a
   wholly cached or wholly fresh set repeats itself); the gate pairs each prompt's two answers
   whatever batch they came from. The same holds for a cached HH score (a log-likelihood computed

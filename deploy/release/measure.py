@@ -113,7 +113,8 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     system message, then the steering (`chat.turns`); through `cache` when given. Greedy and
     `max_new_tokens` (default `gate.max_new_tokens`) long, or with a `seed` sampled as the service
     samples (`backend.*`, its token budget unless `max_new_tokens` is given), each batch from its
-    own generator (`evaluator.generation.hf_answer_fn`). Batches run in `gate.streams` streams."""
+    own generator (`evaluator.generation.hf_answer_fn`). Batches run in `streams` (default
+    `gate.streams`)."""
     from chat.guard import with_policy
     from chat.steering import render
     from evaluator.generation import hf_answer_fn
@@ -147,11 +148,12 @@ def _answer_fn(model: Any, tokenizer: Any, settings: Any, attributes: Any = None
     return cache.wrap(answer, lambda q: {"messages": to_messages(q), "template": kwargs}, generation)
 
 
-def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, seed: int, batch_size: int = 16):
+def served_answer_fn(model: Any, tokenizer: Any, settings: Any, *, policy: str, seed: int, batch_size: int = 16,
+                     streams: int = 1):
     """`answer(questions) -> answers` as the service draws them at the default sliders: under
     `policy` (the guard's system prompt, or "" for the model alone), sampled with `seed` (each
-    batch from its own generator), `backend.max_new_tokens` long."""
-    return _answer_fn(model, tokenizer, settings, policy=policy, seed=seed, batch_size=batch_size)
+    batch from its own generator), `backend.max_new_tokens` long, in `streams`."""
+    return _answer_fn(model, tokenizer, settings, policy=policy, seed=seed, batch_size=batch_size, streams=streams)
 
 
 def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideScores:
@@ -194,7 +196,7 @@ def measure_side(model: Any, tokenizer: Any, side: Side, inp: Inputs) -> SideSco
 
 
 # Draw d of the risky answers is seeded with DRAW_SEED + d on every side (each batch from its own
-# generator): one model on the same prompts, batch size and machine draws the same answers (an
+# generator): one model on the same prompts, batch size, streams and machine draws the same answers (an
 # interval of [0, 0]), and a changed model starts from live's random numbers. A live side cached
 # under another prompt set breaks that (its batches held other prompts), not the interval.
 DRAW_SEED = 20261206
