@@ -92,18 +92,14 @@ def _encoded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> 
     """`texts` tokenized in batches of `batch_size`, left-padded: generation continues from the
     right end of every row."""
     with _TOKENIZER:
-        return _left_padded(tokenizer, texts, batch_size, device)
-
-
-def _left_padded(tokenizer: Any, texts: list[str], batch_size: int, device: Any) -> list[dict]:
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        return [{k: v.to(device) for k, v in tokenizer(texts[i: i + batch_size], return_tensors="pt", padding=True,
-                                                        add_special_tokens=False).items()}
-                for i in range(0, len(texts), batch_size)]
-    finally:
-        tokenizer.padding_side = side
+        side = tokenizer.padding_side
+        tokenizer.padding_side = "left"
+        try:
+            return [{k: v.to(device) for k, v in tokenizer(texts[i: i + batch_size], return_tensors="pt",
+                                                            padding=True, add_special_tokens=False).items()}
+                    for i in range(0, len(texts), batch_size)]
+        finally:
+            tokenizer.padding_side = side
 
 
 def batch_generator(seed: int, index: int, device: Any = "cpu") -> torch.Generator:

@@ -89,7 +89,7 @@ def answer_grid(answer: SteerAnswerFn, prompts: Sequence[str] = PROMPTS, values:
     """Answer every prompt at every value of every steered attribute (one call per cell, `streams`
     cells side by side: `evaluator.streams`)."""
     cells = [(attribute, value) for attribute in attributes for value in values]
-    texts = list(in_streams(lambda cell: answer(list(prompts), *cell), cells, streams))
+    texts = in_streams(lambda cell: answer(list(prompts), *cell), cells, streams)
     return [SteerRow(i, attribute, value, text) for (attribute, value), out in zip(cells, texts)
             for i, text in enumerate(out)]
 

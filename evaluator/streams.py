@@ -39,22 +39,20 @@ R = TypeVar("R")
 _local = threading.local()
 
 
-def in_streams(fn: Callable[[T], R], items: Iterable[T], streams: int) -> Iterator[R]:
-    """`map(fn, items)`, run in `streams` threads sharing torch's threads when there are several."""
+def in_streams(fn: Callable[[T], R], items: Iterable[T], streams: int) -> list[R]:
+    """`[fn(item) for item in items]`, run in `streams` threads sharing torch's threads when there are several."""
     items = list(items)
     if streams <= 1 or not items:
-        yield from map(fn, items)
-        return
+        return [fn(item) for item in items]
     import torch  # here: callers that never run two streams need not load it
 
     threads = torch.get_num_threads()
     try:
-        with ThreadPoolExecutor(min(streams, len(items)), initializer=_pinned, initargs=(max(1, threads // streams),)) \
+        with ThreadPoolExecutor(min(streams, len(items)), initializer=_pinned, initargs=(threads_per_batch(streams),)) \
                 as pool:
-            results = list(pool.map(fn, items))
+            return list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
-    yield from results
 
 
 def _pinned(threads: int) -> None:

@@ -118,8 +118,7 @@ class Featurizer:
             batches[-1].append(i)
         # Each batch fills its own rows of `out`; batches side by side where the caller asked for it
         # (the gate: `evaluator.streams.side_by_side`), the same features (bench/gate_streams.py).
-        for _ in in_streams(lambda batch: self._run(batch, items, out), [b for b in batches if b], current()):
-            pass
+        in_streams(lambda batch: self._run(batch, items, out), [b for b in batches if b], current())
         for row, answer in enumerate(answers):
             out[row, -2] = math.log1p(words(answer))
         return out
