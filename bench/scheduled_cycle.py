@@ -18,6 +18,14 @@ nobody pressing a button. The gate runs at its defaults: the shipped HH sample (
 subset, both sides), 243 advice requests, 171 risky prompts, the 10 × 5 × 2 steering grid (verbosity
 answers up to 256 tokens), 64 new tokens otherwise. Printed: the machine, the simulation, and each step's wall time from its job row, plus
 the gate's decision with every axis's interval. Not a pass/fail test.
+
+`--probe-every S` adds one user who asks an everyday question (a new conversation each time,
+streamed through the REST API, the simulation's 64 new tokens) every S seconds: `--probe-idle`
+turns on the idle service before the simulation, then from the simulation's end until the cycle
+ends, each turn tagged with the cycle step that was running when it was sent. Printed: time to
+first token and to the end per step, p50 and p95, and each step's p95 over the idle p95. The
+probe is load too (a turn takes a few seconds of both cores every S seconds), so a probed
+cycle's step times are not those of an unprobed one.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _machine import cpu_model  # noqa: E402
+from chat_load import QUESTIONS  # noqa: E402
 
 
 def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
@@ -57,6 +67,91 @@ def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
         **schedule, "schedule.extract_every_minutes": 0.5})
 
 
+def probe_turn(url: str, question: str) -> dict:
+    """One streamed turn in a new conversation: seconds to the first delta and to the end, and the
+    guard's verdict."""
+    import httpx
+
+    t0 = time.perf_counter()
+    first, verdict = None, None
+    with httpx.Client(base_url=url, timeout=600) as client, client.stream(
+            "POST", "/api/messages", json={"content": question, "stream": True, "max_new_tokens": 64}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "delta" and first is None:
+                first = time.perf_counter() - t0
+            elif event["type"] == "done":
+                verdict = (event["answer"].get("safety") or {}).get("verdict")
+            elif event["type"] == "error":
+                raise RuntimeError(event["error"]["message"])
+    return {"ttft": first, "total": time.perf_counter() - t0, "verdict": verdict}
+
+
+class Probe:
+    """One user asking an everyday question every `every` seconds until stopped; each row keeps the
+    time its turn was sent, and `report` tags it with the cycle step running then."""
+
+    def __init__(self, url: str, every: float):
+        self.url, self.every = url, every
+        self.rows: list[dict] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="probe", daemon=True)
+
+    def ask(self, idle: bool = False) -> None:
+        question, sent = QUESTIONS[len(self.rows) % 10], time.time()
+        try:
+            row = probe_turn(self.url, question)
+        except Exception as exc:  # kept as a row: an error during a step is a finding
+            row = {"ttft": None, "total": None, "verdict": None, "error": str(exc)[:200]}
+        self.rows.append({"sent": sent, "idle": idle, **row})
+
+    def _loop(self) -> None:
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            self.ask()
+            self.stop_event.wait(max(0.0, self.every - (time.monotonic() - started)))
+
+    def report(self, windows: list[tuple[str, float, float]]) -> dict:
+        """Per phase (`idle`, each step's kind, `between steps`): turns, errors, guard verdicts other
+        than allowed, first token and whole turn at p50 / p95, and the first token's p95 over idle."""
+        return phases_report(self.rows, windows)
+
+
+def phase_of(row: dict, windows: list[tuple[str, float, float]]) -> str:
+    if row["idle"]:
+        return "idle"
+    return next((kind for kind, start, end in windows if start <= row["sent"] < end), "between steps")
+
+
+def phases_report(rows: list[dict], windows: list[tuple[str, float, float]]) -> dict:
+    def p(values: list[float], q: float) -> float | None:
+        return round(float(sorted(values)[min(len(values) - 1, round(q * (len(values) - 1)))]), 3) if values else None
+
+    tagged = [(phase_of(r, windows), r) for r in rows]
+    phases: dict[str, dict] = {}
+    for phase in dict.fromkeys(t for t, _ in tagged):
+        mine = [r for t, r in tagged if t == phase]
+        done = [r for r in mine if r["ttft"] is not None]
+        ttft, total = [r["ttft"] for r in done], [r["total"] for r in done]
+        phases[phase] = {"n": len(done), "errors": len(mine) - len(done),
+                         "refused_or_replaced": sum(1 for r in done if r["verdict"] not in (None, "allowed")),
+                         "ttft_p50": p(ttft, 0.5), "ttft_p95": p(ttft, 0.95),
+                         "total_p50": p(total, 0.5), "total_p95": p(total, 0.95)}
+    idle = (phases.get("idle") or {}).get("ttft_p95")
+    for row in phases.values():
+        row["ttft_p95_over_idle"] = round(row["ttft_p95"] / idle, 2) if idle and row["ttft_p95"] else None
+    return phases
+
+
+def step_windows(store, cycle_id: str) -> list[tuple[str, float, float]]:
+    return [(s.kind, s.started_at.timestamp(), s.finished_at.timestamp())
+            for s in store.jobs.children(cycle_id) if s.started_at and s.finished_at]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None)
@@ -69,6 +164,9 @@ def main() -> None:
     parser.add_argument("--model", choices=("builtin", "pretrained"), default="builtin")
     parser.add_argument("--short-words", type=int, default=35,
                         help="the users want answers of at most this many words (64 new tokens give SmolLM2 about 45)")
+    parser.add_argument("--probe-every", type=float, default=0, help="seconds between the probe's turns (0: no probe)")
+    parser.add_argument("--probe-idle", type=int, default=12, help="probe turns on the idle service first")
+    parser.add_argument("--out", type=Path, default=None, help="also write the step times and the probe's rows here (JSON)")
     args = parser.parse_args()
 
     from service_helpers import start_service
@@ -79,7 +177,10 @@ def main() -> None:
     settings = cycle_settings(args.model, data, args.model_cache.resolve(), args.train_steps)
     print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     live = start_service(settings)
+    probe = Probe(live.url, args.probe_every) if args.probe_every else None
     try:
+        for _ in range(args.probe_idle if probe else 0):
+            probe.ask(idle=True)
         t0 = time.monotonic()
         summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
                                             preference=Preference(kind="short", length_words=args.short_words),
@@ -88,6 +189,8 @@ def main() -> None:
               f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
         store = live.store
         t1 = time.monotonic()
+        if probe:
+            probe.thread.start()
         while True:
             done = [j for j in store.jobs.list(kind="cycle", limit=50)
                     if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
@@ -99,6 +202,9 @@ def main() -> None:
                          f"latest jobs: {jobs}")
             time.sleep(2)
         job = done[0]
+        if probe:
+            probe.stop_event.set()
+            probe.thread.join()
         print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
               f"{time.monotonic() - t1:.0f}s after the simulation ended")
         for step in store.jobs.children(job.id):
@@ -110,8 +216,23 @@ def main() -> None:
         for axis in (gate.get("decision") or {}).get("axes", []):
             print("  " + axis["reason"])
         print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
+        report_probe(probe, store, job, args.out)
     finally:
         live.stop()
+
+
+def report_probe(probe: Probe | None, store, job, out: Path | None) -> None:
+    windows = step_windows(store, job.id)
+    steps = {kind: round(end - start, 1) for kind, start, end in windows}
+    phases = probe.report(windows) if probe else {}
+    for phase, row in phases.items():
+        print(f"  probe {phase:12s} n={row['n']:3d} first token p50 {row['ttft_p50']} s, p95 {row['ttft_p95']} s "
+              f"({row['ttft_p95_over_idle']}x idle); whole turn p50 {row['total_p50']} s, p95 {row['total_p95']} s; "
+              f"errors {row['errors']}, refused or replaced {row['refused_or_replaced']}")
+    if out:
+        out.write_text(json.dumps({"machine": cpu_model(), "cycle": job.id, "status": (job.result or {}).get("status"),
+                                   "steps_s": steps, "probe_every_s": probe.every if probe else None,
+                                   "probe": phases, "probe_rows": probe.rows if probe else []}, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
