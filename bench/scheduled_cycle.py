@@ -15,13 +15,13 @@ the REST API
 `schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
 enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
 nobody pressing a button. The gate runs at its defaults: the shipped HH sample (100 pairs per
-subset, both sides), 243 advice requests, 171 risky prompts, the 10 × 5 × 2 steering grid (verbosity
+subset, both sides), 243 advice requests, 171 risky prompts, the 20 × 5 × 2 steering grid (verbosity
 answers up to 256 tokens), 64 new tokens otherwise. Printed: the machine, the simulation, and each step's wall time from its job row, plus
 the gate's decision with every axis's interval. Not a pass/fail test.
 
 `--probe-every S` adds one user who asks an everyday question (a new conversation each time,
-streamed through the REST API, the simulation's 64 new tokens) every S seconds: `--probe-idle`
-turns on the idle service before the simulation, then from the simulation's end until the cycle
+streamed through the REST API, the simulation's 64 new tokens, sampled at the service's defaults)
+every S seconds: `--probe-idle` turns back to back on the idle service before the simulation, then from the simulation's end until the cycle
 ends, each turn tagged with the cycle step that was running when it was sent. Printed: time to
 first token and to the end per step, p50 and p95, and each step's p95 over the idle p95. The
 probe is load too (a turn takes a few seconds of both cores every S seconds), so a probed
@@ -68,8 +68,8 @@ def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
 
 
 def probe_turn(url: str, question: str) -> dict:
-    """One streamed turn in a new conversation: seconds to the first delta and to the end, and the
-    guard's verdict."""
+    """One streamed turn in a new conversation, sampled at the service's defaults: seconds to the
+    first text shown (a delta, or the guard's replacement) and to the end, and the guard's verdict."""
     import httpx
 
     t0 = time.perf_counter()
@@ -79,10 +79,10 @@ def probe_turn(url: str, question: str) -> dict:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
         for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+            if not line.startswith("data: "):
                 continue
             event = json.loads(line[6:])
-            if event["type"] == "delta" and first is None:
+            if event["type"] in ("delta", "replace") and first is None:
                 first = time.perf_counter() - t0
             elif event["type"] == "done":
                 verdict = (event["answer"].get("safety") or {}).get("verdict")
@@ -114,6 +114,12 @@ class Probe:
             started = time.monotonic()
             self.ask()
             self.stop_event.wait(max(0.0, self.every - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        """No new turn; waits for one in flight (a turn that never ends is the service's to time out)."""
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=120)
 
     def report(self, windows: list[tuple[str, float, float]]) -> dict:
         """Per phase (`idle`, each step's kind, `between steps`): turns, errors, guard verdicts other
@@ -201,12 +207,11 @@ def main() -> None:
                 sys.exit(f"no scheduled cycle ended within {args.max_wait_minutes} min of the simulation; "
                          f"latest jobs: {jobs}")
             time.sleep(2)
-        job = done[0]
+        job, waited = done[0], time.monotonic() - t1
         if probe:
-            probe.stop_event.set()
-            probe.thread.join()
+            probe.stop()
         print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
-              f"{time.monotonic() - t1:.0f}s after the simulation ended")
+              f"{waited:.0f}s after the simulation ended")
         for step in store.jobs.children(job.id):
             took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
             print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
@@ -218,6 +223,8 @@ def main() -> None:
         print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
         report_probe(probe, store, job, args.out)
     finally:
+        if probe:
+            probe.stop()
         live.stop()
 
 
