@@ -84,6 +84,29 @@ def question(user: int, turn: int) -> str:
 # --------------------------------------------------------------------------- service side
 
 
+def streamed_turn(client, body: dict) -> dict:
+    """POST one streamed turn to /api/messages: its conversation id, seconds to the first text shown
+    (a delta, or the guard's replacement) and to the end, and the stored answer."""
+    t0 = time.perf_counter()
+    out = {"conversation_id": None, "ttft": None, "answer": None}
+    with client.stream("POST", "/api/messages", json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "start":
+                out["conversation_id"] = event["conversation_id"]
+            elif event["type"] in ("delta", "replace") and out["ttft"] is None:
+                out["ttft"] = time.perf_counter() - t0
+            elif event["type"] == "done":
+                out["answer"] = event["answer"]
+            elif event["type"] == "error":
+                raise RuntimeError(event["error"]["message"])
+    return {**out, "latency": time.perf_counter() - t0}
+
+
 def run_service(url: str, users: int, turns: int, params: dict) -> tuple[list[dict], float, list[str]]:
     import httpx
 
@@ -96,32 +119,15 @@ def run_service(url: str, users: int, turns: int, params: dict) -> tuple[list[di
             conv = None
             for t in range(turns):
                 body = {"content": question(u, t), "stream": True, "conversation_id": conv, **params}
-                t0 = time.perf_counter()
-                first = None
-                done = None
                 try:
-                    with c.stream("POST", "/api/messages", json=body) as r:
-                        if r.status_code != 200:
-                            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-                        for line in r.iter_lines():
-                            if not line.startswith("data: "):
-                                continue
-                            event = json.loads(line[6:])
-                            if event["type"] == "start":
-                                conv = event["conversation_id"]
-                            elif event["type"] == "delta" and first is None:
-                                first = time.perf_counter() - t0
-                            elif event["type"] == "done":
-                                done = event["answer"]
-                            elif event["type"] == "error":
-                                raise RuntimeError(event["error"]["message"])
+                    turn = streamed_turn(c, body)
                 except Exception as exc:  # record and go on: the count check will flag it
                     with lock:
                         errors.append(f"user {u} turn {t}: {exc}")
                     continue
-                latency = time.perf_counter() - t0
+                conv, done = turn["conversation_id"] or conv, turn["answer"]
                 with lock:
-                    results.append({"user": u, "turn": t, "latency": latency, "ttft": first,
+                    results.append({"user": u, "turn": t, "latency": turn["latency"], "ttft": turn["ttft"],
                                     "conversation_id": conv, "answer_id": done and done["id"],
                                     "tokens": done and done["generation"]["completion_tokens"]})
 

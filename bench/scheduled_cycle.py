@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _machine import cpu_model  # noqa: E402
-from chat_load import QUESTIONS  # noqa: E402
+from chat_load import QUESTIONS, streamed_turn  # noqa: E402
 
 
 def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
@@ -69,26 +69,13 @@ def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
 
 def probe_turn(url: str, question: str) -> dict:
     """One streamed turn in a new conversation, sampled at the service's defaults: seconds to the
-    first text shown (a delta, or the guard's replacement) and to the end, and the guard's verdict."""
+    first text shown and to the end, and the guard's verdict."""
     import httpx
 
-    t0 = time.perf_counter()
-    first, verdict = None, None
-    with httpx.Client(base_url=url, timeout=600) as client, client.stream(
-            "POST", "/api/messages", json={"content": question, "stream": True, "max_new_tokens": 64}) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-        for line in r.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[6:])
-            if event["type"] in ("delta", "replace") and first is None:
-                first = time.perf_counter() - t0
-            elif event["type"] == "done":
-                verdict = (event["answer"].get("safety") or {}).get("verdict")
-            elif event["type"] == "error":
-                raise RuntimeError(event["error"]["message"])
-    return {"ttft": first, "total": time.perf_counter() - t0, "verdict": verdict}
+    with httpx.Client(base_url=url, timeout=600) as client:
+        turn = streamed_turn(client, {"content": question, "stream": True, "max_new_tokens": 64})
+    return {"ttft": turn["ttft"], "total": turn["latency"],
+            "verdict": ((turn["answer"] or {}).get("safety") or {}).get("verdict")}
 
 
 class Probe:
