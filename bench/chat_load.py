@@ -283,7 +283,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp:
         settings = load_settings(environ={}, overrides={
             "data_dir": tmp, "backend.kind": "builtin", "backend.steering": "steerlm",
-            "schedule.extract_every_minutes": 0, "schedule.train_cron": ""})
+            "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
+            # The overhead is the service's around the same backend call: the guard and its policy
+            # (SmolLM2's judges, absent from this data dir) are measured by bench/guard_latency.py.
+            "guard.enabled": False, "guard.system_prompt": ""})
         store = Store(Path(tmp) / "advisor.duckdb")
         app = create_app(settings, backend=backend, store=store)
         import socket
