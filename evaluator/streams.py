@@ -15,9 +15,8 @@ Design choices:
 - Torch keeps a thread count per thread, taken from a process-wide default at the thread's first
   parallel operation; `set_num_threads` sets both. Each stream starts torch and then sets its own
   count; after the map the default is set back to the caller's count. A thread whose first torch
-  operation falls inside a map (the
-  CPU chat starts one per answer) takes the reduced count: a chat answered during a gate runs on
-  one thread of two while the gate's streams hold both cores.
+  operation falls inside a map (the CPU chat starts one per answer) takes the reduced count: a
+  chat answered during a gate runs on one thread of two while the gate's streams hold both cores.
 - Results come back in the order of `items`, whatever order batches finish in; `fn` must not share
   mutable state across calls (a random generator per batch, not torch's global one).
 - `side_by_side(n)` sets, for the calling thread only, the streams that code without its own
