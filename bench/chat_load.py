@@ -30,7 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -239,6 +241,41 @@ def summary(name: str, rows: list[dict], wall: float) -> dict:
 # --------------------------------------------------------------------------- main
 
 
+@contextmanager
+def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
+    """The advisor service (FastAPI + uvicorn, no UI, guard off) on `backend`, on a free port; yields (url, store)."""
+    import uvicorn
+
+    from deploy.settings import load_settings
+    from deploy.wiring import create_app
+    from store import Store
+
+    settings = load_settings(environ={}, overrides={
+        "data_dir": str(tmp), "backend.kind": kind, "backend.steering": "steerlm",
+        "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
+        # The service around the backend call: the guard and its policy (SmolLM2's judges, absent
+        # from a fresh data dir) are measured by bench/guard_latency.py.
+        "guard.enabled": False, "guard.system_prompt": ""})
+    store = Store(tmp / "advisor.duckdb")
+    # Port 0: the OS picks a free port as uvicorn binds it (no race with another process).
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, backend=backend, store=store, ui=False),
+                                           host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=f"advisor-{kind}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the advisor service on the {kind} backend did not start")
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", store
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        store.close()
+
+
 # Counts no typed function gives, read through the store's private analytics helper (benchmark only):
 # questions, complete answers with their metadata, failed or interrupted answers.
 _STORED_COUNTS = (
@@ -261,14 +298,9 @@ def main() -> int:
     ap.add_argument("--direct-load", action="store_true", help="also replay the whole load into the backend")
     args = ap.parse_args()
 
-    import uvicorn
-
     from chat.backends import SamplingParams
     from chat.backends.transformers_backend import TransformersBackend
     from chat.builtin.build import build_builtin_model
-    from deploy.settings import load_settings
-    from deploy.wiring import create_app
-    from store import Store
     from store.attributes import Attributes
 
     print("machine:", machine())
@@ -280,53 +312,32 @@ def main() -> int:
     params = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "seed": 0}
     attributes = Attributes()
 
-    with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp:
-        settings = load_settings(environ={}, overrides={
-            "data_dir": tmp, "backend.kind": "builtin", "backend.steering": "steerlm",
-            "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
-            # The overhead is the service's around the same backend call: the guard and its policy
-            # (SmolLM2's judges, absent from this data dir) are measured by bench/guard_latency.py.
-            "guard.enabled": False, "guard.system_prompt": ""})
-        store = Store(Path(tmp) / "advisor.duckdb")
-        app = create_app(settings, backend=backend, store=store)
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
+    with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp, \
+            service(backend, Path(tmp), "builtin") as (url, store):
         print(f"load: {args.users} users x {args.turns} turns, {args.max_new_tokens} new tokens max, greedy")
-        try:
-            rows, wall, errors = run_service(f"http://127.0.0.1:{port}", args.users, args.turns, params)
-            service = summary("service", rows, wall)
+        rows, wall, errors = run_service(url, args.users, args.turns, params)
+        service_summary = summary("service", rows, wall)
 
-            # Every turn must be in the store: a question and a complete answer with its metadata.
-            expected = args.users * args.turns
-            n_conv = store.stats()["rows"]["conversations"]
-            n_user, n_ans, n_bad = (store._db.analytics(sql)[0][0] for sql in _STORED_COUNTS)
-            print(f"  stored: {n_conv} conversations (expected {args.users}), {n_user} questions and {n_ans} "
-                  f"complete answers (expected {expected} each), {n_bad} failed/interrupted, "
-                  f"{len(errors)} client errors")
-            for e in errors[:5]:
-                print("   ", e)
-            ok = n_conv == args.users and n_user == expected and n_ans == expected and not n_bad and not errors
-            if args.pairs:
-                paired_overhead(f"http://127.0.0.1:{port}", backend, args.pairs, params, attributes)
-        finally:
-            server.should_exit = True
-            thread.join(60)
-            store.close()
+        # Every turn must be in the store: a question and a complete answer with its metadata.
+        expected = args.users * args.turns
+        n_conv = store.stats()["rows"]["conversations"]
+        n_user, n_ans, n_bad = (store._db.analytics(sql)[0][0] for sql in _STORED_COUNTS)
+        print(f"  stored: {n_conv} conversations (expected {args.users}), {n_user} questions and {n_ans} "
+              f"complete answers (expected {expected} each), {n_bad} failed/interrupted, "
+              f"{len(errors)} client errors")
+        for e in errors[:5]:
+            print("   ", e)
+        ok = n_conv == args.users and n_user == expected and n_ans == expected and not n_bad and not errors
+        if args.pairs:
+            paired_overhead(url, backend, args.pairs, params, attributes)
 
     if args.direct_load:
         direct_rows, direct_wall = run_direct(backend, args.users, args.turns, SamplingParams(**params), attributes)
         direct = summary("direct", direct_rows, direct_wall)
-        print(f"load replayed into the backend: service/direct wall {service['wall_s'] / direct['wall_s']:.3f}x, "
-              f"p50 {service['p50_s'] / direct['p50_s']:.3f}x, p95 {service['p95_s'] / direct['p95_s']:.3f}x "
-              f"(tokens: service {service['tokens']}, direct {direct['tokens']})")
+        ratio = {k: service_summary[k] / direct[k] for k in ("wall_s", "p50_s", "p95_s")}
+        print(f"load replayed into the backend: service/direct wall {ratio['wall_s']:.3f}x, "
+              f"p50 {ratio['p50_s']:.3f}x, p95 {ratio['p95_s']:.3f}x "
+              f"(tokens: service {service_summary['tokens']}, direct {direct['tokens']})")
     backend.close()
     print("RESULT:", "all turns stored" if ok else "MISSING OR FAILED TURNS")
     return 0 if ok else 1

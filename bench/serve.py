@@ -30,8 +30,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.append(str(REPO / "bench"))  # after the repo, so bench/store.py does not shadow the store package
 
-from chat_load import machine, run_service, summary  # noqa: E402
+from chat_load import machine, run_service, service, summary  # noqa: E402
 
 
 def gpu_name() -> str:
@@ -55,38 +53,6 @@ def gpu_name() -> str:
 
 def load_avg() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-@contextmanager
-def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
-    """The advisor service (FastAPI + uvicorn, no UI) on `backend`, on a free port; yields (url, store)."""
-    import uvicorn
-
-    from deploy.settings import load_settings
-    from deploy.wiring import create_app
-    from store import Store
-
-    settings = load_settings(environ={}, overrides={
-        "data_dir": str(tmp), "backend.kind": kind, "backend.steering": "steerlm",
-        "schedule.extract_every_minutes": 0, "schedule.train_cron": ""})
-    store = Store(tmp / "advisor.duckdb")
-    # Port 0: the OS picks a free port as uvicorn binds it (no race with another process).
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, backend=backend, store=store, ui=False),
-                                           host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name=f"advisor-{kind}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 300
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the advisor service on the {kind} backend did not start")
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", store
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        store.close()
 
 
 def stored_complete(store) -> int:
