@@ -91,12 +91,14 @@ def service_settings(data: Path, model_dir: Path, url: str, served: str, max_tok
         "canary.max_conversations": 100_000, "canary.max_hours": 240.0})
 
 
-def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int, first: int = 0) -> list[dict]:
-    """Rounds of new users, each followed by the operator's check, until the rule decides;
-    `first` is how many rounds an earlier run of this canary made."""
+def run_rounds(args, service, preference, max_tokens: int, first: int = 0,
+               verbosities: tuple[int, ...] = VERBOSITIES) -> list[dict]:
+    """Rounds of `args.users_per_round` new users of `preference`, each round followed by the
+    operator's check, until the rule decides, `args.max_rounds` or `args.max_minutes`; `first` is
+    how many rounds an earlier run of this canary made."""
     from service_helpers import ADMIN_TOKEN
 
-    from deploy.loop.simulate import Preference, SimulationConfig, simulate
+    from deploy.loop.simulate import SimulationConfig, simulate
 
     checks: list[dict] = []
     deadline = time.monotonic() + 60 * args.max_minutes
@@ -107,7 +109,7 @@ def run_rounds(args, service, taste: tuple[int, ...], max_tokens: int, first: in
             t0 = time.monotonic()
             summary = simulate(SimulationConfig(
                 url=service.url, users=args.users_per_round, turns=5, seed=1000 + round_no, admin_token=ADMIN_TOKEN,
-                preference=Preference(args.prefer, length_by_verbosity=taste), verbosities=VERBOSITIES,
+                preference=preference, verbosities=verbosities,
                 concurrency=args.users_per_round, max_new_tokens=max_tokens, timeout_s=900)).as_dict()
             verdict = admin.post("/api/admin/canary/check", timeout=900).json()
             row = {"round": round_no + 1, "seconds": round(time.monotonic() - t0, 1), "turns": summary["turns"],
@@ -162,6 +164,8 @@ def run(args) -> dict:
     from serve import vllm_endpoint
     from service_helpers import start_service
 
+    from deploy.loop.simulate import Preference
+
     learning = json.loads(args.learning.read_text())
     taste = tuple(learning["length_by_verbosity"])
     max_tokens = int(learning["max_new_tokens"])
@@ -178,7 +182,8 @@ def run(args) -> dict:
         try:
             store = service.store
             candidate = the_running_canary(store) if args.resume else start_canary(store, service, learning, args)
-            report["checks"] = earlier_checks + run_rounds(args, service, taste, max_tokens, first=len(earlier_checks))
+            users = Preference(args.prefer, length_by_verbosity=taste)
+            report["checks"] = earlier_checks + run_rounds(args, service, users, max_tokens, first=len(earlier_checks))
             last = report["checks"][-1]["action"] if report["checks"] else "continue"
             report["outcome"] = last if last != "continue" else "undecided when the bench's budget ran out"
             report["words_by_arm"] = words_by_arm(stored_answers(store))

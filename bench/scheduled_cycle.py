@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scheduled_cycle.py [--data-dir DIR] [--users 16] [--turns 8] [--train-steps 120]
     .venv/bin/python bench/scheduled_cycle.py --model pretrained --users 16 --turns 5 --train-steps 30 \
-        [--data-dir DIR_OF_AN_EARLIER_GATE]
+        [--data-dir DIR_OF_AN_EARLIER_GATE] [--safety-anchors 0.25] [--canary-rounds 12]
 
 What runs is the service as `advisor serve` runs it (the model through transformers, the scheduler
 inside). `--model builtin` (the default) is the 1.4M-parameter toy with the guard off, as the tests
@@ -10,22 +10,28 @@ run it; `--model pretrained` is the served SmolLM2-135M-Instruct with everything
 service's defaults (guard and safety policy on, the validated judges, the gate's defaults), so a
 data dir where a gate already ran against the same live release reuses that release's cached
 answers and HH scores. Simulated users who want short answers (`--short-words`, 35) chat through
-the REST API
-(`deploy.loop.simulate`), then the periodic trainer — its interval shortened to 6 seconds by
-`schedule.train_every_minutes`, the only change from the defaults besides the step cap — finds
-enough new feedback and runs extract → training sets → train (KTO) → gate → canary or reject with
-nobody pressing a button. The gate runs at its defaults: the shipped HH sample (100 pairs per
-subset, both sides), 243 advice requests, 171 risky prompts, the 20 × 5 × 2 steering grid (verbosity
-answers up to 256 tokens), 64 new tokens otherwise. Printed: the machine, the simulation, and each step's wall time from its job row, plus
-the gate's decision with every axis's interval. Not a pass/fail test.
+the REST API (`deploy.loop.simulate`), then the periodic trainer — its interval shortened to 6
+seconds by `schedule.train_every_minutes`, the only change from the defaults besides the step cap
+and `--safety-anchors` — finds enough new feedback and runs extract → training sets → train (KTO)
+→ gate → canary or reject with nobody pressing a button. The gate runs at its defaults: the
+shipped HH sample (100 pairs per subset, both sides), 243 advice requests, 171 risky prompts, the
+20 × 5 × 2 steering grid (verbosity answers up to 256 tokens), 64 new tokens otherwise. Printed:
+the machine, the simulation, and each step's wall time from its job row, plus the gate's decision
+with every axis's interval. Not a pass/fail test.
 
 `--probe-every S` adds one user who asks an everyday question (a new conversation each time,
 streamed through the REST API, the simulation's 64 new tokens, sampled at the service's defaults)
-every S seconds: `--probe-idle` turns back to back on the idle service before the simulation, then from the simulation's end until the cycle
-ends, each turn tagged with the cycle step that was running when it was sent. Printed: time to
-first token and to the end per step, p50 and p95, and each step's p95 over the idle p95. The
-probe is load too (a turn takes a few seconds of both cores every S seconds), so a probed
-cycle's step times are not those of an unprobed one.
+every S seconds: `--probe-idle` turns back to back on the idle service before the simulation,
+then from the simulation's end until the cycle ends, each turn tagged with the cycle step that was
+running when it was sent. Printed: time to first token and to the end per step, p50 and p95, and
+each step's p95 over the idle p95. The probe is load too (a turn takes a few seconds of both cores
+every S seconds), so a probed cycle's step times are not those of an unprobed one.
+
+`--canary-rounds N`: when the gate promotes, the cycle starts the canary, and rounds of
+`--users-per-round` new users of the simulation's taste chat with the service, each round followed
+by the operator's check (`bench/canary_smollm2.py`'s rounds), until the rule promotes or rolls
+back, N rounds or `--canary-minutes`. Two settings change for it: `canary.share` 0.5, so both arms
+fill at one pace, and no check on a timer (the bench checks after each round, as an operator would).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -45,16 +52,21 @@ from _machine import cpu_model  # noqa: E402
 from chat_load import QUESTIONS, streamed_turn  # noqa: E402
 
 
-def cycle_settings(model: str, data: Path, cache: Path, train_steps: int):
+def cycle_settings(args, data: Path):
     """The service's defaults but a schedule that trains as soon as there is feedback, KTO, at most
-    `train_steps` steps."""
+    `args.train_steps` steps, `args.safety_anchors` anchors per user row; with `--canary-rounds`,
+    the canary serves half the users and is checked after each round rather than on a timer."""
     from service_helpers import ADMIN_TOKEN, tiny_settings
 
     from deploy.settings import load_settings
 
+    cache = args.model_cache.resolve()
     schedule = {"schedule.train_every_minutes": 0.1, "schedule.train_method": "kto",
-                "schedule.train_max_steps": train_steps, "schedule.extract_every_minutes": 0}
-    if model == "builtin":
+                "schedule.train_max_steps": args.train_steps, "schedule.extract_every_minutes": 0,
+                "schedule.safety_anchors": args.safety_anchors}
+    if args.canary_rounds:
+        schedule.update({"canary.share": 0.5, "canary.check_every_minutes": 0})
+    if args.model == "builtin":
         from chat.builtin import build_builtin_model
 
         return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": 64, **schedule})
@@ -157,8 +169,14 @@ def main() -> None:
     parser.add_argument("--model", choices=("builtin", "pretrained"), default="builtin")
     parser.add_argument("--short-words", type=int, default=35,
                         help="the users want answers of at most this many words (64 new tokens give SmolLM2 about 45)")
+    parser.add_argument("--safety-anchors", type=float, default=0.0,
+                        help="schedule.safety_anchors: labelled answers to risky requests per KTO user row (0 = none)")
     parser.add_argument("--probe-every", type=float, default=0, help="seconds between the probe's turns (0: no probe)")
     parser.add_argument("--probe-idle", type=int, default=12, help="probe turns on the idle service first")
+    parser.add_argument("--canary-rounds", type=int, default=0,
+                        help="if the cycle starts a canary: at most this many rounds of new users, each then checked")
+    parser.add_argument("--canary-minutes", type=float, default=60, help="no new canary round after this long")
+    parser.add_argument("--users-per-round", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None, help="also write the step times and the probe's rows here (JSON)")
     args = parser.parse_args()
 
@@ -167,8 +185,9 @@ def main() -> None:
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
-    settings = cycle_settings(args.model, data, args.model_cache.resolve(), args.train_steps)
+    settings = cycle_settings(args, data)
     print(f"machine: {cpu_model()}; model {args.model}; data {data}")
+    users = Preference(kind="short", length_words=args.short_words)
     live = start_service(settings)
     probe = Probe(live.url, args.probe_every) if args.probe_every else None
     try:
@@ -176,46 +195,87 @@ def main() -> None:
             probe.ask(idle=True)
         t0 = time.monotonic()
         summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
-                                            preference=Preference(kind="short", length_words=args.short_words),
-                                            max_new_tokens=64))
+                                            preference=users, max_new_tokens=64))
         print(f"simulation: {summary.turns} answers, reactions {dict(summary.reactions)}, errors "
               f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
-        store = live.store
-        t1 = time.monotonic()
         if probe:
             probe.thread.start()
-        while True:
-            done = [j for j in store.jobs.list(kind="cycle", limit=50)
-                    if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
-            if done:
-                break
-            if time.monotonic() - t1 > 60 * args.max_wait_minutes:
-                jobs = [(j.kind, j.trigger, j.status) for j in store.jobs.list(limit=10)]
-                sys.exit(f"no scheduled cycle ended within {args.max_wait_minutes} min of the simulation; "
-                         f"latest jobs: {jobs}")
-            time.sleep(2)
-        job, waited = done[0], time.monotonic() - t1
+        job = wait_for_cycle(live.store, args.max_wait_minutes)
         if probe:
             probe.stop()
-        print(f"scheduled cycle {job.id[:8]}: {job.status} ({(job.result or {}).get('status')}) "
-              f"{waited:.0f}s after the simulation ended")
-        for step in store.jobs.children(job.id):
-            took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
-            print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
-        gate = (job.result or {}).get("gate") or {}
-        for step in (gate.get("details") or {}).get("steps", []):
-            print(f"    gate at {step['at_s']:7.1f} s: {step['step'][:100]}")
-        for axis in (gate.get("decision") or {}).get("axes", []):
-            print("  " + axis["reason"])
-        print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
-        report_probe(probe, store, job, args.out)
+        print_cycle(live.store, job)
+        report = report_probe(probe, live.store, job)
+        write(report, args.out)
+        if args.canary_rounds:
+            report["canary"] = canary_rounds(args, live, users)
+            write(report, args.out)
     finally:
         if probe:
             probe.stop()
         live.stop()
 
 
-def report_probe(probe: Probe | None, store, job, out: Path | None) -> None:
+def write(report: dict, out: Path | None) -> None:
+    if out:
+        out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+
+def wait_for_cycle(store, max_wait_minutes: float):
+    """The first scheduled cycle to end (succeeded, failed or cancelled), waited for from now."""
+    t1 = time.monotonic()
+    while True:
+        done = [j for j in store.jobs.list(kind="cycle", limit=50)
+                if j.trigger == "schedule" and j.status in ("succeeded", "failed", "cancelled")]
+        if done:
+            print(f"scheduled cycle {done[0].id[:8]}: {done[0].status} ({(done[0].result or {}).get('status')}) "
+                  f"{time.monotonic() - t1:.0f}s after the simulation ended")
+            return done[0]
+        if time.monotonic() - t1 > 60 * max_wait_minutes:
+            jobs = [(j.kind, j.trigger, j.status) for j in store.jobs.list(limit=10)]
+            sys.exit(f"no scheduled cycle ended within {max_wait_minutes} min of the simulation; latest jobs: {jobs}")
+        time.sleep(2)
+
+
+def print_cycle(store, job) -> None:
+    """Each step's wall time from its job row, the gate's own steps, and every axis's reason."""
+    for step in store.jobs.children(job.id):
+        took = (step.finished_at - step.started_at).total_seconds() if step.finished_at and step.started_at else None
+        print(f"  {step.kind:16s} {step.status:10s} {took if took is None else round(took, 1)} s")
+    gate = (job.result or {}).get("gate") or {}
+    for step in (gate.get("details") or {}).get("steps", []):
+        print(f"    gate at {step['at_s']:7.1f} s: {step['step'][:100]}")
+    for axis in (gate.get("decision") or {}).get("axes", []):
+        print("  " + axis["reason"])
+    print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
+
+
+def canary_rounds(args, live, users) -> dict:
+    """The canary the cycle started, judged by rounds of new users of the simulation's taste, each
+    round followed by the operator's check (`bench/canary_smollm2.py`'s rounds), until the rule
+    decides; nothing when the cycle started none."""
+    from canary_smollm2 import run_rounds
+
+    from deploy.release.canary import running_canary
+
+    release = running_canary(live.store)
+    if release is None:
+        print("no canary running: nothing for the canary's users to judge")
+        return {}
+    t0 = time.monotonic()
+    rounds = SimpleNamespace(users_per_round=args.users_per_round, max_rounds=args.canary_rounds,
+                             max_minutes=args.canary_minutes)
+    checks = run_rounds(rounds, live, users, 64)  # the simulation's 64 new tokens and slider positions
+    release = live.store.releases.get(release.id)
+    outcome = checks[-1]["action"] if checks else "continue"
+    print(f"canary {release.id[:8]}: {outcome} after {len(checks)} checks, {time.monotonic() - t0:.0f}s; "
+          f"release {release.status}")
+    return {"release": release.id, "checks": checks, "release_status": release.status,
+            "outcome": outcome if outcome != "continue" else "undecided when the bench's budget ran out",
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def report_probe(probe: Probe | None, store, job) -> dict:
+    """Prints the probe's figures per step; returns what `--out` writes."""
     windows = step_windows(store, job.id)
     steps = {kind: round(end - start, 1) for kind, start, end in windows}
     phases = probe.report(windows) if probe else {}
@@ -223,10 +283,9 @@ def report_probe(probe: Probe | None, store, job, out: Path | None) -> None:
         print(f"  probe {phase:12s} n={row['n']:3d} first token p50 {row['ttft_p50']} s, p95 {row['ttft_p95']} s "
               f"({row['ttft_p95_over_idle']}x idle); whole turn p50 {row['total_p50']} s, p95 {row['total_p95']} s; "
               f"errors {row['errors']}, refused or replaced {row['refused_or_replaced']}")
-    if out:
-        out.write_text(json.dumps({"machine": cpu_model(), "cycle": job.id, "status": (job.result or {}).get("status"),
-                                   "steps_s": steps, "probe_every_s": probe.every if probe else None,
-                                   "probe": phases, "probe_rows": probe.rows if probe else []}, indent=1, default=str) + "\n")
+    return {"machine": cpu_model(), "cycle": job.id, "status": (job.result or {}).get("status"),
+            "steps_s": steps, "probe_every_s": probe.every if probe else None,
+            "probe": phases, "probe_rows": probe.rows if probe else []}
 
 
 if __name__ == "__main__":
