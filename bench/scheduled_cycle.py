@@ -177,7 +177,7 @@ def main() -> None:
                         help="if the cycle starts a canary: at most this many rounds of new users, each then checked")
     parser.add_argument("--canary-minutes", type=float, default=60, help="no new canary round after this long")
     parser.add_argument("--users-per-round", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=None, help="also write the step times and the probe's rows here (JSON)")
+    parser.add_argument("--out", type=Path, default=None, help="also write here (JSON) the step times, the gate's reasons, the probe's rows and the canary's checks")
     args = parser.parse_args()
 
     from service_helpers import start_service
@@ -283,8 +283,9 @@ def report_probe(probe: Probe | None, store, job) -> dict:
         print(f"  probe {phase:12s} n={row['n']:3d} first token p50 {row['ttft_p50']} s, p95 {row['ttft_p95']} s "
               f"({row['ttft_p95_over_idle']}x idle); whole turn p50 {row['total_p50']} s, p95 {row['total_p95']} s; "
               f"errors {row['errors']}, refused or replaced {row['refused_or_replaced']}")
+    decision = ((job.result or {}).get("gate") or {}).get("decision") or {}
     return {"machine": cpu_model(), "cycle": job.id, "status": (job.result or {}).get("status"),
-            "steps_s": steps, "probe_every_s": probe.every if probe else None,
+            "gate_reasons": [axis["reason"] for axis in decision.get("axes", [])], "steps_s": steps, "probe_every_s": probe.every if probe else None,
             "probe": phases, "probe_rows": probe.rows if probe else []}
 
 
