@@ -177,7 +177,8 @@ def main() -> None:
                         help="if the cycle starts a canary: at most this many rounds of new users, each then checked")
     parser.add_argument("--canary-minutes", type=float, default=60, help="no new canary round after this long")
     parser.add_argument("--users-per-round", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=None, help="also write here (JSON) the step times, the gate's reasons, the probe's rows and the canary's checks")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write here (JSON) the step times, the gate's reasons, the probe's rows and the canary's checks")
     args = parser.parse_args()
 
     from service_helpers import start_service
@@ -204,7 +205,7 @@ def main() -> None:
         if probe:
             probe.stop()
         print_cycle(live.store, job)
-        report = report_probe(probe, live.store, job)
+        report = cycle_report(probe, live.store, job)
         write(report, args.out)
         if args.canary_rounds:
             report["canary"] = canary_rounds(args, live, users)
@@ -274,8 +275,9 @@ def canary_rounds(args, live, users) -> dict:
             "seconds": round(time.monotonic() - t0, 1)}
 
 
-def report_probe(probe: Probe | None, store, job) -> dict:
-    """Prints the probe's figures per step; returns what `--out` writes."""
+def cycle_report(probe: Probe | None, store, job) -> dict:
+    """What `--out` writes: the cycle, the gate's reasons, each step's seconds, and the probe's figures per
+    step, which it prints."""
     windows = step_windows(store, job.id)
     steps = {kind: round(end - start, 1) for kind, start, end in windows}
     phases = probe.report(windows) if probe else {}
@@ -285,7 +287,8 @@ def report_probe(probe: Probe | None, store, job) -> dict:
               f"errors {row['errors']}, refused or replaced {row['refused_or_replaced']}")
     decision = ((job.result or {}).get("gate") or {}).get("decision") or {}
     return {"machine": cpu_model(), "cycle": job.id, "status": (job.result or {}).get("status"),
-            "gate_reasons": [axis["reason"] for axis in decision.get("axes", [])], "steps_s": steps, "probe_every_s": probe.every if probe else None,
+            "gate_reasons": [axis["reason"] for axis in decision.get("axes", [])], "steps_s": steps,
+            "probe_every_s": probe.every if probe else None,
             "probe": phases, "probe_rows": probe.rows if probe else []}
 
 
