@@ -65,12 +65,13 @@ def words_by_arm(answers: list[tuple[str | None, str]]) -> dict[str, dict]:
     return out
 
 
-def stored_answers(store) -> list[tuple[str | None, str]]:
-    """(arm, text) of every assistant answer in the store."""
+def stored_answers(store, since=None) -> list[tuple[str | None, str]]:
+    """(arm, text) of every assistant answer in the store, or of those written from `since` (a
+    timezone-aware datetime) on."""
     out = []
     for conv in store.conversations.all(limit=100_000):
         for m in store.conversations.get_messages(conv.id):
-            if m.role == "assistant" and m.content:
+            if m.role == "assistant" and m.content and (since is None or m.created_at >= since):
                 out.append((m.generation.arm if m.generation else None, m.content))
     return out
 
@@ -122,7 +123,7 @@ def run_rounds(args, service, preference, max_tokens: int, first: int = 0,
                 break
             if not row["arms"].get("canary", {}).get("answers"):
                 raise SystemExit(f"the canary served none of {summary['turns']} answers: is its adapter loaded "
-                                 "and its base model the served one (`vllm.model`)?")
+                                 "and its base model the served one (on vLLM: `vllm.model`)?")
     return checks
 
 

@@ -189,7 +189,7 @@ def paired_overhead(url: str, backend, pairs: int, params: dict, attributes) -> 
                 direct_s.append(time.perf_counter() - t0)
                 return text
 
-            def service() -> str:
+            def via_service() -> str:
                 nonlocal conv
                 t0 = time.perf_counter()
                 r = client.post("/api/messages", json={"content": q, "conversation_id": conv, **params})
@@ -199,7 +199,7 @@ def paired_overhead(url: str, backend, pairs: int, params: dict, attributes) -> 
                 inside_s.append(r.json()["answer"]["generation"]["latency_ms"] / 1000)  # the model's own time
                 return r.json()["answer"]["content"]
 
-            first, second = (service, direct) if k % 2 == 0 else (direct, service)
+            first, second = (via_service, direct) if k % 2 == 0 else (direct, via_service)
             a, b = first(), second()
             if a != b:
                 print(f"  note: pair {k} generated different text through the service and directly")
@@ -242,8 +242,10 @@ def summary(name: str, rows: list[dict], wall: float) -> dict:
 
 
 @contextmanager
-def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
-    """The advisor service (FastAPI + uvicorn, no UI, guard off) on `backend`, on a free port; yields (url, store)."""
+def service(backend, tmp: Path, kind: str, guard: bool = True) -> Iterator[tuple[str, object]]:
+    """The advisor service (FastAPI + uvicorn, no UI) on `backend`, on a free port; yields (url, store).
+    `guard=False` turns the guard and its safety policy off: what is left is the service around the
+    backend call (the guard has its own bench, bench/guard_latency.py)."""
     import uvicorn
 
     from deploy.settings import load_settings
@@ -253,9 +255,7 @@ def service(backend, tmp: Path, kind: str) -> Iterator[tuple[str, object]]:
     settings = load_settings(environ={}, overrides={
         "data_dir": str(tmp), "backend.kind": kind, "backend.steering": "steerlm",
         "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
-        # The service around the backend call: the guard and its policy (SmolLM2's judges, absent
-        # from a fresh data dir) are measured by bench/guard_latency.py.
-        "guard.enabled": False, "guard.system_prompt": ""})
+        **({} if guard else {"guard.enabled": False, "guard.system_prompt": ""})})
     store = Store(tmp / "advisor.duckdb")
     # Port 0: the OS picks a free port as uvicorn binds it (no race with another process).
     server = uvicorn.Server(uvicorn.Config(create_app(settings, backend=backend, store=store, ui=False),
@@ -313,7 +313,7 @@ def main() -> int:
     attributes = Attributes()
 
     with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp, \
-            service(backend, Path(tmp), "builtin") as (url, store):
+            service(backend, Path(tmp), "builtin", guard=False) as (url, store):  # the guard needs SmolLM2's judges
         print(f"load: {args.users} users x {args.turns} turns, {args.max_new_tokens} new tokens max, greedy")
         rows, wall, errors = run_service(url, args.users, args.turns, params)
         service_summary = summary("service", rows, wall)

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -176,7 +177,7 @@ def main() -> None:
     parser.add_argument("--canary-rounds", type=int, default=0,
                         help="if the cycle starts a canary: at most this many rounds of new users, each then checked")
     parser.add_argument("--canary-minutes", type=float, default=60, help="no new canary round after this long")
-    parser.add_argument("--users-per-round", type=int, default=8)
+    parser.add_argument("--users-per-round", type=int, default=8, help="new simulated users in each canary round")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write here (JSON) the step times, the gate's reasons, the probe's rows and the canary's checks")
     args = parser.parse_args()
@@ -217,6 +218,7 @@ def main() -> None:
 
 
 def write(report: dict, out: Path | None) -> None:
+    """The report as JSON at `out`, if given (written after the cycle and again after the canary)."""
     if out:
         out.write_text(json.dumps(report, indent=1, default=str) + "\n")
 
@@ -251,10 +253,11 @@ def print_cycle(store, job) -> None:
 
 
 def canary_rounds(args, live, users) -> dict:
-    """The canary the cycle started, judged by rounds of new users of the simulation's taste, each
-    round followed by the operator's check (`bench/canary_smollm2.py`'s rounds), until the rule
-    decides; nothing when the cycle started none."""
-    from canary_smollm2 import run_rounds
+    """The canary the cycle started, judged by rounds of new users of the simulation's taste (5
+    turns each), each round followed by the operator's check (`bench/canary_smollm2.py`'s rounds),
+    until the rule decides, `--canary-rounds` or `--canary-minutes`; then the words of the answers
+    each arm gave since the canary started. Nothing when the cycle started none."""
+    from canary_smollm2 import run_rounds, stored_answers, words_by_arm
 
     from deploy.release.canary import running_canary
 
@@ -262,15 +265,16 @@ def canary_rounds(args, live, users) -> dict:
     if release is None:
         print("no canary running: nothing for the canary's users to judge")
         return {}
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), datetime.now(timezone.utc)
     rounds = SimpleNamespace(users_per_round=args.users_per_round, max_rounds=args.canary_rounds,
                              max_minutes=args.canary_minutes)
     checks = run_rounds(rounds, live, users, 64)  # the simulation's 64 new tokens and slider positions
+    words = words_by_arm(stored_answers(live.store, since=started))
     release = live.store.releases.get(release.id)
     outcome = checks[-1]["action"] if checks else "continue"
     print(f"canary {release.id[:8]}: {outcome} after {len(checks)} checks, {time.monotonic() - t0:.0f}s; "
-          f"release {release.status}")
-    return {"release": release.id, "checks": checks, "release_status": release.status,
+          f"release {release.status}; answers since its start {words}")
+    return {"release": release.id, "checks": checks, "release_status": release.status, "words_by_arm": words,
             "outcome": outcome if outcome != "continue" else "undecided when the bench's budget ran out",
             "seconds": round(time.monotonic() - t0, 1)}
 
