@@ -37,6 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO / "tests"))  # service_helpers.start_service
 
 QUESTIONS = [
     "My roommate never does the dishes. How do I bring it up?",
@@ -243,13 +244,13 @@ def summary(name: str, rows: list[dict], wall: float) -> dict:
 
 @contextmanager
 def service(backend, tmp: Path, kind: str, guard: bool = True) -> Iterator[tuple[str, object]]:
-    """The advisor service (FastAPI + uvicorn, no UI) on `backend`, on a free port; yields (url, store).
-    `guard=False` turns the guard and its safety policy off: what is left is the service around the
-    backend call (the guard has its own bench, bench/guard_latency.py)."""
-    import uvicorn
+    """The advisor service (FastAPI + uvicorn, no UI) on `backend`, on a free port (the tests'
+    `start_service`); yields (url, store). `guard=False` turns the guard and its safety policy off:
+    what is left is the service around the backend call (the guard has its own bench,
+    bench/guard_latency.py)."""
+    from service_helpers import start_service
 
     from deploy.settings import load_settings
-    from deploy.wiring import create_app
     from store import Store
 
     settings = load_settings(environ={}, overrides={
@@ -257,22 +258,11 @@ def service(backend, tmp: Path, kind: str, guard: bool = True) -> Iterator[tuple
         "schedule.extract_every_minutes": 0, "schedule.train_cron": "",
         **({} if guard else {"guard.enabled": False, "guard.system_prompt": ""})})
     store = Store(tmp / "advisor.duckdb")
-    # Port 0: the OS picks a free port as uvicorn binds it (no race with another process).
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, backend=backend, store=store, ui=False),
-                                           host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name=f"advisor-{kind}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 300
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the advisor service on the {kind} backend did not start")
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    live = start_service(settings, backend=backend, store=store, ui=False)
     try:
-        yield f"http://127.0.0.1:{port}", store
+        yield live.url, store
     finally:
-        server.should_exit = True
-        thread.join(60)
+        live.stop()
         store.close()
 
 

@@ -52,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _machine import cpu_model  # noqa: E402
 from chat_load import QUESTIONS, streamed_turn  # noqa: E402
 
+MAX_NEW_TOKENS = 64  # every answer the bench asks for: the simulation's, the probe's, the canary rounds'
+
 
 def cycle_settings(args, data: Path):
     """The service's defaults but a schedule that trains as soon as there is feedback, KTO, at most
@@ -70,7 +72,7 @@ def cycle_settings(args, data: Path):
     if args.model == "builtin":
         from chat.builtin import build_builtin_model
 
-        return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": 64, **schedule})
+        return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": MAX_NEW_TOKENS, **schedule})
     smollm2 = str(cache / "models" / "smollm2-135m-instruct")
     # Extraction on its own schedule, as the service's default runs it (every 10 minutes there): the
     # trigger counts mined feedback, and a slower model's few answers bring fewer ratings alone.
@@ -86,7 +88,7 @@ def probe_turn(url: str, question: str) -> dict:
     import httpx
 
     with httpx.Client(base_url=url, timeout=600) as client:
-        turn = streamed_turn(client, {"content": question, "stream": True, "max_new_tokens": 64})
+        turn = streamed_turn(client, {"content": question, "stream": True, "max_new_tokens": MAX_NEW_TOKENS})
     return {"ttft": turn["ttft"], "total": turn["latency"],
             "verdict": ((turn["answer"] or {}).get("safety") or {}).get("verdict")}
 
@@ -197,7 +199,7 @@ def main() -> None:
             probe.ask(idle=True)
         t0 = time.monotonic()
         summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
-                                            preference=users, max_new_tokens=64))
+                                            preference=users, max_new_tokens=MAX_NEW_TOKENS))
         print(f"simulation: {summary.turns} answers, reactions {dict(summary.reactions)}, errors "
               f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
         if probe:
@@ -268,7 +270,7 @@ def canary_rounds(args, live, users) -> dict:
     t0, started = time.monotonic(), datetime.now(timezone.utc)
     rounds = SimpleNamespace(users_per_round=args.users_per_round, max_rounds=args.canary_rounds,
                              max_minutes=args.canary_minutes)
-    checks = run_rounds(rounds, live, users, 64)  # the simulation's 64 new tokens and slider positions
+    checks = run_rounds(rounds, live, users, MAX_NEW_TOKENS)  # and the simulation's slider positions
     words = words_by_arm(stored_answers(live.store, since=started))
     release = live.store.releases.get(release.id)
     outcome = checks[-1]["action"] if checks else "continue"
