@@ -37,6 +37,8 @@ Design choices:
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -122,11 +124,32 @@ class Reranker:
             for k in range(0, len(pairs), self.batch_size):
                 batch = encode(self.tokenizer, pairs[k:k + self.batch_size], self.settings.max_length)
                 out.append(torch.log_softmax(self.model(**batch).logits, dim=-1).numpy().astype(np.float64))
+        trim_heap()
         return np.concatenate(out)
 
     def mix(self, scores: np.ndarray, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         w = self.settings.weight
         return (1 - w) * log_softmax(scores, axis=1) + w * self.log_probs(pairs)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; other C libraries have none
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the system; False where the C library cannot. Each
+    batch's activations have its own padded length, and glibc keeps the holes they leave in its
+    heap, so without this a bulk extraction's resident memory rose by about 4 MiB a chunk and did
+    not level off (`bench/extract.py`). Once per `log_probs` call: milliseconds against seconds."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def encode(tokenizer, pairs: Sequence[tuple[str, str]], max_length: int):
