@@ -20,12 +20,18 @@ the machine, the simulation, and each step's wall time from its job row, plus th
 with every axis's interval. Not a pass/fail test.
 
 `--probe-every S` adds one user who asks an everyday question (a new conversation each time,
-streamed through the REST API, the simulation's 64 new tokens, sampled at the service's defaults)
+streamed through the REST API, the simulation's `--max-tokens`, sampled at the service's defaults)
 every S seconds: `--probe-idle` turns back to back on the idle service before the simulation,
 then from the simulation's end until the cycle ends, each turn tagged with the cycle step that was
 running when it was sent. Printed: time to first token and to the end per step, p50 and p95, and
 each step's p95 over the idle p95. The probe is load too (a turn takes a few seconds of both cores
 every S seconds), so a probed cycle's step times are not those of an unprobed one.
+
+`--max-tokens` caps every answer the bench asks for (64 by default, where most of SmolLM2's answers
+reach the cap; 128 leaves room for a change in length to show). `--train-after-simulation` keeps
+the periodic trainer off while the users chat, then restarts the service on the same store with
+it on: the default trigger (50 new feedback items) otherwise fires part-way through the
+simulation, and the cycle trains on what came before it.
 
 `--canary-rounds N`: when the gate promotes, the cycle starts the canary, and rounds of
 `--users-per-round` new users of the simulation's taste chat with the service, each round followed
@@ -52,27 +58,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _machine import cpu_model  # noqa: E402
 from chat_load import QUESTIONS, streamed_turn  # noqa: E402
 
-MAX_NEW_TOKENS = 64  # every answer the bench asks for: the simulation's, the probe's, the canary rounds'
 
-
-def cycle_settings(args, data: Path):
+def cycle_settings(args, data: Path, trainer_on: bool = True):
     """The service's defaults but a schedule that trains as soon as there is feedback, KTO, at most
     `args.train_steps` steps, `args.safety_anchors` anchors per user row; with `--canary-rounds`,
-    the canary serves half the users and is checked after each round rather than on a timer."""
+    the canary serves half the users and is checked after each round rather than on a timer.
+    `trainer_on` False: no periodic trainer at all (the simulation's service under
+    `--train-after-simulation`)."""
     from service_helpers import ADMIN_TOKEN, tiny_settings
 
     from deploy.settings import load_settings
 
     cache = args.model_cache.resolve()
-    schedule = {"schedule.train_every_minutes": 0.1, "schedule.train_method": "kto",
+    schedule = {"schedule.train_every_minutes": 0.1 if trainer_on else 0.0, "schedule.train_method": "kto",
                 "schedule.train_max_steps": args.train_steps, "schedule.extract_every_minutes": 0,
                 "schedule.safety_anchors": args.safety_anchors}
+    if not trainer_on:
+        schedule["schedule.train_cron"] = ""
     if args.canary_rounds:
         schedule.update({"canary.share": 0.5, "canary.check_every_minutes": 0})
     if args.model == "builtin":
         from chat.builtin import build_builtin_model
 
-        return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": MAX_NEW_TOKENS, **schedule})
+        return tiny_settings(data, build_builtin_model(cache), **{"backend.max_new_tokens": args.max_tokens, **schedule})
     smollm2 = str(cache / "models" / "smollm2-135m-instruct")
     # Extraction on its own schedule, as the service's default runs it (every 10 minutes there): the
     # trigger counts mined feedback, and a slower model's few answers bring fewer ratings alone.
@@ -82,13 +90,13 @@ def cycle_settings(args, data: Path):
         **schedule, "schedule.extract_every_minutes": 0.5})
 
 
-def probe_turn(url: str, question: str) -> dict:
+def probe_turn(url: str, question: str, max_tokens: int) -> dict:
     """One streamed turn in a new conversation, sampled at the service's defaults: seconds to the
     first text shown and to the end, and the guard's verdict."""
     import httpx
 
     with httpx.Client(base_url=url, timeout=600) as client:
-        turn = streamed_turn(client, {"content": question, "stream": True, "max_new_tokens": MAX_NEW_TOKENS})
+        turn = streamed_turn(client, {"content": question, "stream": True, "max_new_tokens": max_tokens})
     return {"ttft": turn["ttft"], "total": turn["latency"],
             "verdict": ((turn["answer"] or {}).get("safety") or {}).get("verdict")}
 
@@ -97,8 +105,8 @@ class Probe:
     """One user asking an everyday question every `every` seconds until stopped; each row keeps the
     time its turn was sent, and `report` tags it with the cycle step running then."""
 
-    def __init__(self, url: str, every: float):
-        self.url, self.every = url, every
+    def __init__(self, url: str, every: float, max_tokens: int):
+        self.url, self.every, self.max_tokens = url, every, max_tokens
         self.rows: list[dict] = []
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="probe", daemon=True)
@@ -106,7 +114,7 @@ class Probe:
     def ask(self, idle: bool = False) -> None:
         question, sent = QUESTIONS[len(self.rows) % 10], time.time()
         try:
-            row = probe_turn(self.url, question)
+            row = probe_turn(self.url, question, self.max_tokens)
         except Exception as exc:  # kept as a row: an error during a step is a finding
             row = {"ttft": None, "total": None, "verdict": None, "error": str(exc)[:200]}
         self.rows.append({"sent": sent, "idle": idle, **row})
@@ -174,6 +182,11 @@ def main() -> None:
                         help="the users want answers of at most this many words (64 new tokens give SmolLM2 about 45)")
     parser.add_argument("--safety-anchors", type=float, default=0.0,
                         help="schedule.safety_anchors: labelled answers to risky requests per KTO user row (0 = none)")
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="new tokens for every answer the bench asks for: the simulation's, the probe's, the canary rounds'")
+    parser.add_argument("--train-after-simulation", action="store_true",
+                        help="no periodic trainer while the users chat; then the service restarts on the same store "
+                             "with it on, so the cycle trains on the whole simulation")
     parser.add_argument("--probe-every", type=float, default=0, help="seconds between the probe's turns (0: no probe)")
     parser.add_argument("--probe-idle", type=int, default=12, help="probe turns on the idle service first")
     parser.add_argument("--canary-rounds", type=int, default=0,
@@ -189,19 +202,24 @@ def main() -> None:
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
-    settings = cycle_settings(args, data)
     print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     users = Preference(kind="short", length_words=args.short_words)
-    live = start_service(settings)
-    probe = Probe(live.url, args.probe_every) if args.probe_every else None
+    live = start_service(cycle_settings(args, data, trainer_on=not args.train_after_simulation))
+    probe = Probe(live.url, args.probe_every, args.max_tokens) if args.probe_every else None
     try:
         for _ in range(args.probe_idle if probe else 0):
             probe.ask(idle=True)
         t0 = time.monotonic()
         summary = simulate(SimulationConfig(url=live.url, users=args.users, turns=args.turns, seed=3,
-                                            preference=users, max_new_tokens=MAX_NEW_TOKENS))
+                                            preference=users, max_new_tokens=args.max_tokens))
         print(f"simulation: {summary.turns} answers, reactions {dict(summary.reactions)}, errors "
               f"{dict(summary.errors)} in {time.monotonic() - t0:.0f}s")
+        if args.train_after_simulation:
+            live.stop()
+            live = start_service(cycle_settings(args, data))
+            if probe:
+                probe.url = live.url
+            print("service restarted on the same store with the periodic trainer on")
         if probe:
             probe.thread.start()
         job = wait_for_cycle(live.store, args.max_wait_minutes)
@@ -270,7 +288,7 @@ def canary_rounds(args, live, users) -> dict:
     t0, started = time.monotonic(), datetime.now(timezone.utc)
     rounds = SimpleNamespace(users_per_round=args.users_per_round, max_rounds=args.canary_rounds,
                              max_minutes=args.canary_minutes)
-    checks = run_rounds(rounds, live, users, MAX_NEW_TOKENS)  # and the simulation's slider positions
+    checks = run_rounds(rounds, live, users, args.max_tokens)  # and the simulation's slider positions
     words = words_by_arm(stored_answers(live.store, since=started))
     release = live.store.releases.get(release.id)
     outcome = checks[-1]["action"] if checks else "continue"
