@@ -226,20 +226,20 @@ class GateSettings:
     # natively (at 32 a batch, 0.47x float32's time at 16 here; docs/release.md), else float32 as the chat serves.
     batch_size: int = pydantic.Field(default=32, ge=1)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    # Batches generated, HH-scored or judged side by side, sharing torch's threads (evaluator.streams):
-    # on 2 cores, 2 took 0.86-0.92x the time of one batch on both threads; 1 = one at a time.
+    # Batches generated, HH-scored or judged side by side, sharing torch's threads (evaluator.streams;
+    # on 2 cores, 2 took 0.86-0.92x the time of one on both; 1 = one at a time), in threads `niceness`
+    # lower in priority than the chat's (Linux, per thread; 0 = the same): a user's answer goes first.
     streams: int = pydantic.Field(default=2, ge=1, le=8)
-    # Steering grid: this many fixed prompts × `steer_values` for verbosity and for complexity
-    # (0 prompts = the axis is skipped). Verbosity rows run to `steer_max_new_tokens`: SmolLM2 writes
-    # ~200 words at verbosity 4, and at 64 tokens every answer from verbosity 1 up ends at the cap.
+    niceness: int = pydantic.Field(default=10, ge=0, le=19)
+    # Steering grid: this many fixed prompts × `steer_values` for verbosity and complexity (0 = skip the
+    # axis); verbosity rows run to `steer_max_new_tokens` (SmolLM2 writes ~200 words at verbosity 4).
     steer_prompts: int = pydantic.Field(default=20, ge=0, le=20)
     steer_max_new_tokens: int = pydantic.Field(default=256, ge=1)
     steer_values: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     # Bootstrap resamples and seed of every axis's interval (the decision is reproducible).
     bootstrap: int = pydantic.Field(default=2000, ge=100)
     seed: int = 0
-    # Promote automatically when the gate passes (the cycle); otherwise leave a candidate. With
-    # canary.enabled, "promote" means "start the canary", which then decides online.
+    # Promote when the gate passes (the cycle; with canary.enabled: start the canary); else leave a candidate.
     auto_promote: bool = True
 
     @pydantic.field_validator("helpfulness_prompts")

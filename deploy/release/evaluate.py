@@ -118,7 +118,8 @@ def _measured(base_model: str, adapter: str | None, dtype: str, side: Side, inpu
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
     model, tokenizer = load_merged(base_model, adapter, dtype)
-    with side_by_side(inputs.settings.gate.streams):  # the judges' reads too (`evaluator.streams`)
+    gate = inputs.settings.gate
+    with side_by_side(gate.streams, gate.niceness):  # the judges' reads too (`evaluator.streams`)
         scores = measure_side(model, tokenizer, side, inputs)
     scores.details["weights"] = dtype
     return scores
@@ -209,7 +210,7 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")
     intervals = paired_intervals(cand, other, settings)
-    with side_by_side(settings.gate.streams):
+    with side_by_side(settings.gate.streams, settings.gate.niceness):
         validity = judge_validity(inputs, cand, other)
     decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals,
                       about=served_about(inputs, cand.details.get("served")))

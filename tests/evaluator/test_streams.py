@@ -4,7 +4,10 @@ at the same threads per batch, and the gate's answer cache keeps every answer tw
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,3 +122,50 @@ def test_the_judges_features_are_the_same_read_in_two_streams(tiny_model_dir):
         two = featurizer.encode(prompts, answers)
     assert current() == 1 and threading.get_ident() not in seen  # read in the streams, then back to one
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+
+
+def nice_of(tid: int | None = None) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid or threading.get_native_id())
+
+
+LINUX = sys.platform.startswith("linux")
+lowerable = pytest.mark.skipif(not LINUX or nice_of() > 14, reason="a nice value per thread is Linux's, with room for +5")
+
+
+@lowerable
+@pytest.mark.parametrize("streams", [1, 2])
+def test_maps_under_a_niceness_run_in_lowered_workers_and_leave_the_caller_as_it_was(streams):
+    def nice_of_this_thread(i: int) -> tuple[int, int, int]:
+        return i, threading.get_ident(), nice_of()
+
+    caller = nice_of()
+    threads = torch.get_num_threads()
+    with side_by_side(streams, niceness=5):
+        rows = in_streams(nice_of_this_thread, range(6), current())
+    assert [i for i, _, _ in rows] == list(range(6))
+    assert {nice for _, _, nice in rows} == {caller + 5}
+    assert threading.get_ident() not in {ident for _, ident, _ in rows}  # one stream too: a worker, not the caller
+    assert nice_of() == caller
+    assert torch.get_num_threads() == threads
+    with side_by_side(streams):  # no niceness: one stream runs in the caller's thread, as before
+        rows = in_streams(nice_of_this_thread, range(2), current())
+    assert {nice for _, _, nice in rows} == {caller}
+    assert (streams == 1) == ({ident for _, ident, _ in rows} == {threading.get_ident()})
+
+
+@lowerable
+def test_the_threads_torch_starts_for_a_lowered_batch_are_lowered_with_it():
+    def helpers_nice(_: int) -> list[int]:
+        torch.set_num_threads(2)
+        a = torch.randn(512, 512)
+        for _ in range(20):  # parallel work, so OpenMP's pool for this thread exists and runs
+            a = torch.tanh(a @ a)
+        return sorted(nice_of(int(t.name)) for t in Path("/proc/self/task").iterdir() if t.name.isdigit())
+
+    caller, threads = nice_of(), torch.get_num_threads()
+    try:
+        with side_by_side(1, niceness=5):
+            nices = in_streams(helpers_nice, [0], 1)[0]
+    finally:
+        torch.set_num_threads(threads)
+    assert nices.count(caller + 5) >= 2  # the worker and at least one thread of its pool
