@@ -38,6 +38,8 @@ simulation, and the cycle trains on what came before it.
 by the operator's check (`bench/canary_smollm2.py`'s rounds), until the rule promotes or rolls
 back, N rounds or `--canary-minutes`. Two settings change for it: `canary.share` 0.5, so both arms
 fill at one pace, and no check on a timer (the bench checks after each round, as an operator would).
+`--resume` goes on with a canary a run left undecided: the same `--data-dir`, `--out` and options,
+new users, the checks appended.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -193,6 +195,9 @@ def main() -> None:
                         help="if the cycle starts a canary: at most this many rounds of new users, each then checked")
     parser.add_argument("--canary-minutes", type=float, default=60, help="no new canary round after this long")
     parser.add_argument("--users-per-round", type=int, default=8, help="new simulated users in each canary round")
+    parser.add_argument("--resume", action="store_true",
+                        help="more canary rounds for the canary a run left undecided in --data-dir: its --out file "
+                             "gets the new checks; the other options as that run had them")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write here (JSON) the step times, the gate's reasons, the probe's rows and the canary's checks")
     args = parser.parse_args()
@@ -204,6 +209,8 @@ def main() -> None:
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
     print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     users = Preference(kind="short", length_words=args.short_words)
+    if args.resume:
+        return resume(args, data, users)
     live = start_service(cycle_settings(args, data, trainer_on=not args.train_after_simulation))
     probe = Probe(live.url, args.probe_every, args.max_tokens) if args.probe_every else None
     try:
@@ -272,23 +279,46 @@ def print_cycle(store, job) -> None:
     print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
 
 
-def canary_rounds(args, live, users) -> dict:
+def resume(args, data: Path, users) -> None:
+    """More rounds for the canary an earlier run of this bench left undecided in `data`: the same
+    store and running canary, new users (the round numbers, which seed them, carry on), the checks
+    appended to the earlier run's `--out` file. The rule's intervals are valid at any number of
+    checks, so more rounds add no false alarms (`docs/canary.md`)."""
+    if not (args.out and args.out.is_file() and args.data_dir):
+        sys.exit("--resume needs the earlier run's --data-dir and its --out file")
+    from service_helpers import start_service
+
+    report = json.loads(args.out.read_text())
+    earlier = report.get("canary") or {}
+    live = start_service(cycle_settings(args, data))
+    try:
+        more = canary_rounds(args, live, users, first=len(earlier.get("checks", [])))
+    finally:
+        live.stop()
+    report["canary"] = {**more, "checks": earlier.get("checks", []) + more.get("checks", []),
+                        "seconds": round(earlier.get("seconds", 0) + more.get("seconds", 0), 1),
+                        "resumed_after_checks": len(earlier.get("checks", []))}
+    write(report, args.out)
+
+
+def canary_rounds(args, live, users, first: int = 0) -> dict:
     """The canary the cycle started, judged by rounds of new users of the simulation's taste (5
     turns each), each round followed by the operator's check (`bench/canary_smollm2.py`'s rounds),
     until the rule decides, `--canary-rounds` or `--canary-minutes`; then the words of the answers
-    each arm gave since the canary started. Nothing when the cycle started none."""
+    each arm gave since the canary started. `first`: rounds an earlier run made. Nothing when the
+    cycle started none."""
     from canary_smollm2 import run_rounds, stored_answers, words_by_arm
 
-    from deploy.release.canary import running_canary
+    from deploy.release.canary import canary_state, running_canary
 
     release = running_canary(live.store)
     if release is None:
         print("no canary running: nothing for the canary's users to judge")
         return {}
-    t0, started = time.monotonic(), datetime.now(timezone.utc)
+    t0, started = time.monotonic(), datetime.fromisoformat(canary_state(release)["started_at"])
     rounds = SimpleNamespace(users_per_round=args.users_per_round, max_rounds=args.canary_rounds,
                              max_minutes=args.canary_minutes)
-    checks = run_rounds(rounds, live, users, args.max_tokens)  # and the simulation's slider positions
+    checks = run_rounds(rounds, live, users, args.max_tokens, first)  # and the simulation's slider positions
     words = words_by_arm(stored_answers(live.store, since=started))
     release = live.store.releases.get(release.id)
     outcome = checks[-1]["action"] if checks else "continue"
