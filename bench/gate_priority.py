@@ -37,6 +37,7 @@ sys.path.append(str(REPO / "bench"))
 
 from _machine import cpu_model, emit  # noqa: E402
 from chat_during_training import ratio_unpaired  # noqa: E402
+from chat_load import pct  # noqa: E402
 from guard_latency import EVERYDAY, median_ci, served_path, timed_turn  # noqa: E402
 
 
@@ -91,15 +92,11 @@ def chat_turns(ctx, n: int, tag: str, params) -> list[dict]:
     return out
 
 
-def p95(values: list[float]) -> float:
-    return round(float(sorted(values)[min(len(values) - 1, round(0.95 * (len(values) - 1)))]), 3)
-
-
 def summary(rows: list[dict], idle: list[dict]) -> dict:
     out = {}
     for metric in ("ttft", "total"):
         values = [r[metric] for r in rows]
-        out[metric] = {**median_ci(values), "p95": p95(values)}
+        out[metric] = {**median_ci(values), "p95": round(pct(values, 95), 3)}
         if rows is not idle:
             out[metric]["over_idle"] = ratio_unpaired(values, [r[metric] for r in idle])
     return out

@@ -206,11 +206,11 @@ def main() -> None:
 
     from deploy.loop.simulate import Preference, SimulationConfig, simulate
 
-    data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
-    print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     users = Preference(kind="short", length_words=args.short_words)
     if args.resume:
-        return resume(args, data, users)
+        return resume(args, users)
+    data = args.data_dir or Path(tempfile.mkdtemp(prefix="advisor-cycle-"))
+    print(f"machine: {cpu_model()}; model {args.model}; data {data}")
     live = start_service(cycle_settings(args, data, trainer_on=not args.train_after_simulation))
     probe = Probe(live.url, args.probe_every, args.max_tokens) if args.probe_every else None
     try:
@@ -279,7 +279,7 @@ def print_cycle(store, job) -> None:
     print(json.dumps({"message": (job.result or {}).get("message") or job.error}, default=str))
 
 
-def resume(args, data: Path, users) -> None:
+def resume(args, users) -> None:
     """More rounds for the canary an earlier run of this bench left undecided in `data`: the same
     store and running canary, new users (the round numbers, which seed them, carry on), the checks
     appended to the earlier run's `--out` file. The rule's intervals are valid at any number of
@@ -290,7 +290,8 @@ def resume(args, data: Path, users) -> None:
 
     report = json.loads(args.out.read_text())
     earlier = report.get("canary") or {}
-    live = start_service(cycle_settings(args, data))
+    print(f"machine: {cpu_model()}; model {args.model}; data {args.data_dir} (resumed)")
+    live = start_service(cycle_settings(args, args.data_dir))
     try:
         more = canary_rounds(args, live, users, first=len(earlier.get("checks", [])))
     finally:

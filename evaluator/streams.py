@@ -58,7 +58,7 @@ def in_streams(fn: Callable[[T], R], items: Iterable[T], streams: int) -> list[R
 
     threads = torch.get_num_threads()
     try:
-        with ThreadPoolExecutor(max(1, min(streams, len(items))), initializer=_pinned,
+        with ThreadPoolExecutor(min(streams, len(items)), initializer=_pinned,
                                 initargs=(threads_per_batch(streams), niceness)) as pool:
             return list(pool.map(fn, items))
     finally:

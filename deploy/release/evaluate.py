@@ -111,6 +111,11 @@ def live_side(store: Store, candidate: Release) -> tuple[Release | None, str | N
 # ---------------------------------------------------------------- measuring
 
 
+def _side_by_side(settings: Any):
+    """The gate's batches `gate.streams` at a time, in threads `gate.niceness` lower (`evaluator.streams`)."""
+    return side_by_side(settings.gate.streams, settings.gate.niceness)
+
+
 def _measured(base_model: str, adapter: str | None, dtype: str, side: Side, inputs: Inputs):
     """`side` measured on the base with `adapter` merged in, in `dtype`, loaded here so that the
     model is garbage once this returns."""
@@ -118,8 +123,7 @@ def _measured(base_model: str, adapter: str | None, dtype: str, side: Side, inpu
         raise ReleaseError(f"The base model {base_model} is not on this machine; the gate needs it to answer. "
                            "Build or copy it there (`advisor model build` for the built-in one).")
     model, tokenizer = load_merged(base_model, adapter, dtype)
-    gate = inputs.settings.gate
-    with side_by_side(gate.streams, gate.niceness):  # the judges' reads too (`evaluator.streams`)
+    with _side_by_side(inputs.settings):  # the judges' reads too
         scores = measure_side(model, tokenizer, side, inputs)
     scores.details["weights"] = dtype
     return scores
@@ -210,7 +214,7 @@ def gate_candidate(store: Store, settings: Any, run_id: str, *, progress: Progre
         other.details["cached_answers"] = {"reused": cache.hits, "generated": cache.misses}
     say("paired bootstrap intervals and the judges' validity checks")
     intervals = paired_intervals(cand, other, settings)
-    with side_by_side(settings.gate.streams, settings.gate.niceness):
+    with _side_by_side(settings):
         validity = judge_validity(inputs, cand, other)
     decision = decide(cand.metrics, other.metrics, settings.gate, notes=notes, intervals=intervals,
                       about=served_about(inputs, cand.details.get("served")))
